@@ -1,0 +1,168 @@
+"""Read a partitioned module back into its segment schedule and op-level task graph."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import tvm
+from tvm import relax
+
+from tvm_chiplet.passes.analysis.op_graph import (
+    CALL_TIR,
+    AnalysisError,
+    call_flops,
+    main_bindings,
+    tensor_bytes,
+)
+from tvm_chiplet.passes.annotate_placement import call_placement
+from tvm_chiplet.passes.partition_by_cluster import ATTR_SEGMENT_CLUSTER
+
+
+@dataclass
+class Segment:
+    """One segment call of ``main``: which function, on which cluster, reading what.
+
+    ``inputs`` holds one source per parameter: ``["input", i]`` for model input ``i`` or
+    ``["segment", s, j]`` for output ``j`` of segment ``s``.
+    """
+
+    index: int
+    name: str
+    cluster: int
+    inputs: list[list]
+    output_bytes: list[int]
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Task:
+    """One compute op of a segment, in execution order."""
+
+    op_id: int
+    name: str
+    segment: int
+    cluster: int
+    stage: int
+    flops: float
+    bytes_moved: int
+    weight_bytes: int
+    deps: list[list[int]] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class SegmentSchedule:
+    segments: list[Segment]
+    outputs: list[list]
+    tasks: list[Task]
+    input_names: list[str]
+
+    def to_dict(self) -> dict:
+        return {
+            "segments": [s.to_dict() for s in self.segments],
+            "outputs": self.outputs,
+            "tasks": [t.to_dict() for t in self.tasks],
+            "input_names": self.input_names,
+        }
+
+
+def read_segments(mod: tvm.IRModule) -> SegmentSchedule:
+    """Describe ``main`` of a module partitioned by :class:`PartitionByCluster`.
+
+    Returns the segments in call order with their data sources, the sources of ``main``'s
+    results, and the compute ops as tasks whose ``deps`` are ``[producer_task, nbytes]`` pairs
+    (a value read through tuple plumbing counts once per reader).
+    """
+    main = mod["main"]
+    params = list(main.params)
+    source: dict[relax.Var, list] = {p: ["input", i] for i, p in enumerate(params)}
+    producers: dict[tuple, set[int]] = {}  # ("segment", s, j) -> task indices producing it
+    segments: list[Segment] = []
+    tasks: list[Task] = []
+    flop_cache: dict = {}
+    for binding in main_bindings(mod):
+        value = binding.value
+        if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.GlobalVar):
+            func = mod[value.op]
+            if func.attrs is None or ATTR_SEGMENT_CLUSTER not in func.attrs:
+                raise AnalysisError(
+                    f"'main' calls {value.op.name_hint}, which is not a segment; "
+                    "run PartitionByCluster"
+                )
+            inputs = []
+            for arg in value.args:
+                if not isinstance(arg, relax.Var) or arg not in source:
+                    raise AnalysisError(f"segment {value.op.name_hint} reads an unknown value")
+                inputs.append(source[arg])
+            index = len(segments)
+            segment = Segment(
+                index=index,
+                name=value.op.name_hint,
+                cluster=int(func.attrs[ATTR_SEGMENT_CLUSTER]),
+                inputs=inputs,
+                output_bytes=[
+                    tensor_bytes(f, f"output of {value.op.name_hint}") for f in func.ret_ty.fields
+                ],
+            )
+            segments.append(segment)
+            source[binding.var] = ["segment_tuple", index]
+            _segment_tasks(mod, func, segment, producers, tasks, flop_cache)
+        elif isinstance(value, relax.TupleGetItem) and value.tuple_value in source:
+            _, index = source[value.tuple_value]
+            source[binding.var] = ["segment", index, int(value.index)]
+        else:
+            raise AnalysisError(
+                f"'main' has a binding {binding.var.name} that is neither a segment call nor a "
+                "tuple item; run PartitionByCluster"
+            )
+    result = main.body.body
+    fields = result.fields if isinstance(result, relax.Tuple) else [result]
+    outputs = [source[f] for f in fields]
+    return SegmentSchedule(segments, outputs, tasks, [p.name for p in params])
+
+
+def _segment_tasks(mod, func, segment, producers, tasks, flop_cache) -> None:
+    origin: dict[relax.Var, set[int]] = {}
+    for param, src in zip(func.params, segment.inputs, strict=True):
+        origin[param] = producers.get(tuple(src), set()) if src[0] == "segment" else set()
+    block = func.body.blocks[0]
+    for binding in block.bindings:
+        value = binding.value
+        reads = list(relax.analysis.free_vars(value))
+        placed = call_placement(value)
+        if isinstance(value, relax.Call) and value.op.same_as(CALL_TIR):
+            _, stage, op_id = placed if placed else (segment.cluster, 0, -1)
+            deps: dict[int, int] = {}
+            for var in reads:
+                for producer in origin.get(var, ()):
+                    deps[producer] = deps.get(producer, 0) + tensor_bytes(var.ty, var.name)
+            weight_bytes = sum(
+                tensor_bytes(arg.ty, "constant")
+                for arg in value.args[1].fields
+                if isinstance(arg, tvm.ir.GenericConst)
+            )
+            moved = sum(tensor_bytes(v.ty, v.name) for v in reads)
+            moved += tensor_bytes(binding.var.ty, binding.var.name) + weight_bytes
+            tasks.append(
+                Task(
+                    op_id=op_id,
+                    name=value.args[0].name_hint,
+                    segment=segment.index,
+                    cluster=segment.cluster,
+                    stage=stage,
+                    flops=call_flops(mod, value.args[0], flop_cache),
+                    bytes_moved=moved,
+                    weight_bytes=weight_bytes,
+                    deps=[[p, b] for p, b in sorted(deps.items())],
+                )
+            )
+            origin[binding.var] = {len(tasks) - 1}
+        else:
+            origin[binding.var] = set().union(*(origin.get(v, set()) for v in reads))
+    result = func.body.body
+    for j, item in enumerate(result.fields):
+        producers[("segment", segment.index, j)] = origin.get(item, set())

@@ -1,0 +1,78 @@
+"""AnnotatePlacement: write a Placement onto ``call_tir`` calls of ``main`` as attributes."""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+
+from tvm_chiplet.passes.analysis.op_graph import CALL_TIR, main_bindings
+from tvm_chiplet.passes.planners.placement import Placement, PlanningError
+
+ATTR_CLUSTER = "chiplet.cluster"
+ATTR_STAGE = "chiplet.stage"
+ATTR_OP_ID = "chiplet.op_id"
+
+
+@tvm.transform.module_pass(opt_level=0, name="AnnotatePlacement")
+class AnnotatePlacement:
+    """Write a :class:`Placement` onto the IR as call attributes.
+
+    Each ``call_tir`` binding ``i`` of ``main`` gets the attributes ``chiplet.cluster``,
+    ``chiplet.stage`` and ``chiplet.op_id`` (= ``i``). Tuple plumbing is left as it is and goes
+    with its neighbours when partitioned. The pass decides nothing; the planner did.
+
+    Parameters
+    ----------
+    placement : Placement
+        One cluster and one stage per binding of ``main`` (``op_id`` order).
+
+    Example
+    -------
+    ``lv = R.call_tir(cls.f, (x,))`` becomes the same call with
+    ``attrs={"chiplet.cluster": 3, "chiplet.stage": 1, "chiplet.op_id": 0}``.
+    """
+
+    def __init__(self, placement: Placement) -> None:
+        if not isinstance(placement, Placement):
+            raise TypeError(f"AnnotatePlacement needs a Placement, got {type(placement).__name__}")
+        if min(placement.op_cluster, default=0) < 0:
+            raise PlanningError("placement has a negative cluster id")
+        self.placement = placement
+
+    def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        bindings = main_bindings(mod)
+        if len(bindings) != len(self.placement.op_cluster):
+            raise PlanningError(
+                f"placement covers {len(self.placement.op_cluster)} ops but 'main' has "
+                f"{len(bindings)} bindings; plan the module you annotate (after ReduceGraph)"
+            )
+        new_bindings = []
+        for op_id, binding in enumerate(bindings):
+            value = binding.value
+            if isinstance(value, relax.Call) and value.op.same_as(CALL_TIR):
+                attrs = {
+                    ATTR_CLUSTER: int(self.placement.op_cluster[op_id]),
+                    ATTR_STAGE: int(self.placement.op_stage[op_id]),
+                    ATTR_OP_ID: op_id,
+                }
+                value = relax.Call(
+                    value.op, value.args, attrs=attrs, ty_args=value.ty_args, ret_ty=value.ty
+                )
+                binding = relax.VarBinding(binding.var, value)
+            new_bindings.append(binding)
+        main = mod["main"]
+        body = relax.SeqExpr([relax.DataflowBlock(new_bindings)], main.body.body)
+        new_main = relax.Function(main.params, body, main.ret_ty, main.is_pure, main.attrs)
+        out = mod.clone()
+        out.update_func(mod.get_global_var("main"), new_main)
+        return out
+
+
+def call_placement(value: relax.Expr) -> tuple[int, int, int] | None:
+    """``(cluster, stage, op_id)`` written by AnnotatePlacement on a call, or None."""
+    if not isinstance(value, relax.Call) or value.attrs is None:
+        return None
+    attrs = value.attrs
+    if not isinstance(attrs, tvm.ir.DictAttrs) or ATTR_CLUSTER not in attrs:
+        return None
+    return int(attrs[ATTR_CLUSTER]), int(attrs[ATTR_STAGE]), int(attrs[ATTR_OP_ID])

@@ -1,0 +1,57 @@
+"""Named pass pipelines, a registry in the manner of ``relax.pipeline``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import tvm
+
+from tvm_chiplet.passes.assign_placement import AssignPlacement
+from tvm_chiplet.passes.partition_by_cluster import PartitionByCluster
+from tvm_chiplet.passes.planners import Planner
+from tvm_chiplet.passes.reduce_graph import ReduceGraph
+from tvm_chiplet.targets.system import ChipletSystem
+
+
+def _chiplet_default(
+    system: ChipletSystem, target: str | tvm.target.Target = "llvm",
+    strategy: str | Planner = "pipeline",
+) -> tvm.transform.Pass:
+    return tvm.transform.Sequential(
+        [ReduceGraph(target), AssignPlacement(system, strategy), PartitionByCluster()],
+        name="chiplet-default",
+    )
+
+
+def _chiplet_reduce(
+    system: ChipletSystem, target: str | tvm.target.Target = "llvm",
+    strategy: str | Planner = "pipeline",
+) -> tvm.transform.Pass:
+    del system, strategy
+    return tvm.transform.Sequential([ReduceGraph(target)], name="chiplet-reduce")
+
+
+PIPELINES: dict[str, Callable[..., tvm.transform.Pass]] = {
+    "chiplet-default": _chiplet_default,
+    "chiplet-reduce": _chiplet_reduce,
+}
+
+
+def get_pipeline(name: str = "chiplet-default", **options) -> tvm.transform.Pass:
+    """The pass pipeline registered as ``name``.
+
+    ``chiplet-default``: ReduceGraph -> AssignPlacement -> PartitionByCluster.
+    ``chiplet-reduce``: ReduceGraph only (what the plain fused TVM build sees).
+
+    Parameters
+    ----------
+    name : str
+        A registered pipeline name.
+    **options
+        ``system`` (ChipletSystem, required), ``target`` and ``strategy``.
+    """
+    if name not in PIPELINES:
+        raise ValueError(f"unknown pipeline {name!r}; valid pipelines: {', '.join(PIPELINES)}")
+    if "system" not in options:
+        raise ValueError(f"pipeline {name!r} needs system=ChipletSystem")
+    return PIPELINES[name](**options)

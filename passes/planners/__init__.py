@@ -1,0 +1,26 @@
+"""Placement strategies. Planners work on plain graphs, arrays and dataclasses, never on IR."""
+
+from tvm_chiplet.passes.planners.base import Planner, PlanningProblem
+from tvm_chiplet.passes.planners.pipeline import PipelinePlanner, min_bottleneck_partition
+from tvm_chiplet.passes.planners.placement import Placement, PlanningError
+
+PLANNERS = {PipelinePlanner.name: PipelinePlanner}
+
+
+def get_planner(name: str, **options) -> Planner:
+    """Instantiate the planner registered as ``name``; unknown names list the valid ones."""
+    if name not in PLANNERS:
+        raise PlanningError(f"unknown strategy {name!r}; valid strategies: {', '.join(PLANNERS)}")
+    return PLANNERS[name](**options)
+
+
+__all__ = [
+    "PLANNERS",
+    "PipelinePlanner",
+    "Placement",
+    "Planner",
+    "PlanningError",
+    "PlanningProblem",
+    "get_planner",
+    "min_bottleneck_partition",
+]

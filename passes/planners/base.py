@@ -1,0 +1,51 @@
+"""The planner interface: op graph + costs + system in, a :class:`Placement` out (no TVM here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from tvm_chiplet.passes.analysis.graph import OpGraph
+from tvm_chiplet.passes.planners.placement import Placement
+from tvm_chiplet.targets import cost_model
+from tvm_chiplet.targets.system import ChipletSystem
+from tvm_chiplet.targets.topology import Topology
+
+
+@dataclass
+class PlanningProblem:
+    """Everything a planner may look at: the graph, the system and the shared cost model."""
+
+    graph: OpGraph
+    system: ChipletSystem
+    topology: Topology
+
+    def __post_init__(self) -> None:
+        clusters = self.system.clusters
+        self.op_cycles = np.array(
+            [
+                [
+                    cost_model.op_cycles(op.flops, op.bytes_moved, op.weight_bytes, c, self.system)
+                    if op.is_compute
+                    else 0.0
+                    for c in clusters
+                ]
+                for op in self.graph.ops
+            ],
+            dtype=np.float64,
+        ).reshape(len(self.graph.ops), len(clusters))
+
+    def transfer_cycles(self, nbytes: int, src: int, dst: int) -> float:
+        if src == dst or nbytes == 0:
+            return 0.0
+        return cost_model.transfer_cycles(nbytes, self.topology.route(src, dst), self.system)
+
+
+class Planner(Protocol):
+    """A placement strategy. ``plan`` must be deterministic and must not touch IR."""
+
+    name: str
+
+    def plan(self, problem: PlanningProblem) -> Placement: ...

@@ -1,0 +1,45 @@
+"""ReduceGraph: legalize and fuse a Relax module with TVM's own passes."""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+
+
+@tvm.transform.module_pass(opt_level=0, name="ReduceGraph")
+class ReduceGraph:
+    """Lower high-level Relax ops to TIR and fuse them into a flat list of ``call_tir``.
+
+    Runs TVM's ``DecomposeOpsForInference``, ``LegalizeOps``, ``AnnotateTIROpPattern``,
+    ``FoldConstant``, ``FuseOps``, ``FuseTIR`` and ``DeadCodeElimination`` under ``target``.
+    Constants are folded before anything is partitioned, so weight-only computations (e.g. a
+    transposed weight) do not become values that cross clusters.
+
+    Parameters
+    ----------
+    target : str or tvm.target.Target, default "llvm"
+        Target whose legalization rules apply. A ``chiplet/<preset>`` tag is an llvm target.
+    fuse : bool, default True
+        Fuse operators (``False`` leaves one ``call_tir`` per legalized op).
+
+    Example
+    -------
+    ``main`` of ``conv2d -> relu`` becomes ``lv = R.call_tir(cls.fused_conv2d_relu, (x, w))``.
+    """
+
+    def __init__(self, target: str | tvm.target.Target = "llvm", fuse: bool = True) -> None:
+        self.target = tvm.target.Target(target) if isinstance(target, str) else target
+        self.fuse = fuse
+
+    def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        passes = [
+            relax.transform.DecomposeOpsForInference(),
+            relax.transform.LegalizeOps(),
+            relax.transform.AnnotateTIROpPattern(),
+            relax.transform.FoldConstant(),
+        ]
+        if self.fuse:
+            passes += [relax.transform.FuseOps(), relax.transform.FuseTIR()]
+        passes.append(relax.transform.DeadCodeElimination(["main"]))
+        with self.target:
+            return tvm.transform.Sequential(passes)(mod)

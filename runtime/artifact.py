@@ -1,0 +1,185 @@
+"""ChipletModule: the compiled artifact; export to and load from one ``.tar``."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tarfile
+import tempfile
+from dataclasses import dataclass, field
+from importlib import metadata as importlib_metadata
+
+import tvm
+from tvm import relax
+
+from tvm_chiplet.targets.system import ChipletSystem
+from tvm_chiplet.tools.frontends import InputSpec
+
+FORMAT_VERSION = 1
+MEMBERS = ("lib.so", "plan.json", "system.json")
+
+
+class ArtifactError(ValueError):
+    """An artifact is missing, truncated, tampered with or from an incompatible version."""
+
+
+def _versions() -> dict[str, str]:
+    def version(dist: str) -> str:
+        try:
+            return importlib_metadata.version(dist)
+        except importlib_metadata.PackageNotFoundError:
+            return "unknown"
+
+    return {
+        "format": str(FORMAT_VERSION),
+        "tvm_chiplet": version("tvm-chiplet"),
+        "tvm": tvm.__version__,
+        "tvm_ffi": version("apache-tvm-ffi"),
+    }
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass
+class ChipletModule:
+    """A model compiled for a chiplet system: one Relax executable plus its plan.
+
+    ``executable`` holds ``main`` and every segment function; ``plan`` is the ``plan.json``
+    dictionary (segments, transfers, tasks, messages); ``system`` the chiplet system.
+    """
+
+    executable: object
+    plan: dict
+    system: ChipletSystem
+    input_specs: list[InputSpec]
+    target: str = ""
+    path: str | None = None
+    _tmpdir: object = field(default=None, repr=False)
+
+    @property
+    def metadata(self) -> dict:
+        return {
+            "versions": _versions(),
+            "target": self.target,
+            "inputs": [spec.to_dict() for spec in self.input_specs],
+            "num_segments": len(self.plan.get("segments", [])),
+        }
+
+    def vm(self) -> relax.VirtualMachine:
+        """A fresh VirtualMachine over the executable (one per thread: a VM is not thread-safe)."""
+        return relax.VirtualMachine(self.executable, tvm.cpu())
+
+    def export_library(self, path: str | os.PathLike) -> str:
+        """Write the artifact ``.tar`` (lib.so, plan.json, system.json, metadata.json) atomically.
+
+        The file appears complete or not at all: everything is written to a temporary file next to
+        ``path`` and renamed into place.
+        """
+        path = os.fspath(path)
+        directory = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(directory):
+            raise ArtifactError(f"cannot write {path!r}: directory {directory!r} does not exist")
+        with tempfile.TemporaryDirectory(prefix="chiplet-export-") as work:
+            lib_path = os.path.join(work, "lib.so")
+            self.executable.export_library(lib_path)
+            with open(lib_path, "rb") as handle:
+                payload = {"lib.so": handle.read()}
+            payload["plan.json"] = json.dumps(self.plan, indent=1, sort_keys=True).encode()
+            payload["system.json"] = json.dumps(self.system.to_dict(), indent=1).encode()
+            meta = self.metadata
+            meta["checksums"] = {name: _sha256(data) for name, data in payload.items()}
+            payload["metadata.json"] = json.dumps(meta, indent=1, sort_keys=True).encode()
+            fd, tmp_path = tempfile.mkstemp(prefix=".tmp-", suffix=".tar", dir=directory)
+            try:
+                with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w") as tar:
+                    for name in ("metadata.json", *MEMBERS):
+                        info = tarfile.TarInfo(name)
+                        info.size = len(payload[name])
+                        info.mtime = 0
+                        tar.addfile(info, io.BytesIO(payload[name]))
+                os.replace(tmp_path, path)
+            except BaseException:
+                if os.path.exists(tmp_path):
+                    os.unlink(tmp_path)
+                raise
+        self.path = path
+        return path
+
+    def run(self, inputs, **options):
+        """Run on the host, one worker per cluster; see :class:`tvm_chiplet.runtime.Executor`."""
+        from tvm_chiplet.runtime.executor import Executor
+
+        return Executor(self).run(inputs, **options)
+
+
+def load_module(path: str | os.PathLike) -> ChipletModule:
+    """Load a ``.tar`` written by :meth:`ChipletModule.export_library`, verifying it first.
+
+    Raises
+    ------
+    ArtifactError
+        If the file is missing or not a tar, a member is missing, a checksum does not match
+        (names the member), or it was built by an incompatible TVM / format version.
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise ArtifactError(f"artifact {path!r} does not exist")
+    try:
+        with tarfile.open(path, mode="r") as tar:
+            names = tar.getnames()
+            missing = [m for m in ("metadata.json", *MEMBERS) if m not in names]
+            if missing:
+                raise ArtifactError(
+                    f"artifact {path!r} is incomplete: missing {missing}; rebuild it with "
+                    "tvmc compile"
+                )
+            payload = {}
+            for name in ("metadata.json", *MEMBERS):
+                member = tar.extractfile(name)
+                payload[name] = member.read() if member else b""
+    except (tarfile.TarError, EOFError, OSError) as err:
+        raise ArtifactError(
+            f"artifact {path!r} is not a readable tar archive (truncated or corrupt: {err}); "
+            "rebuild it with tvmc compile"
+        ) from None
+    try:
+        meta = json.loads(payload["metadata.json"])
+    except ValueError:
+        raise ArtifactError(f"artifact {path!r}: metadata.json is not valid JSON") from None
+    for name in MEMBERS:
+        expected = meta.get("checksums", {}).get(name)
+        if expected != _sha256(payload[name]):
+            raise ArtifactError(
+                f"artifact {path!r}: checksum of {name} does not match metadata.json "
+                "(the file was modified or corrupted); rebuild it with tvmc compile"
+            )
+    built, here = meta.get("versions", {}), _versions()
+    for key in ("format", "tvm"):
+        if built.get(key) != here[key]:
+            raise ArtifactError(
+                f"artifact {path!r} was built with {key} {built.get(key)}, this installation has "
+                f"{here[key]}; rebuild it with this installation"
+            )
+    tmpdir = tempfile.TemporaryDirectory(prefix="chiplet-load-")
+    lib_path = os.path.join(tmpdir.name, "lib.so")
+    with open(lib_path, "wb") as handle:
+        handle.write(payload["lib.so"])
+    executable = tvm.runtime.load_module(lib_path)
+    system = ChipletSystem.from_dict(
+        json.loads(payload["system.json"]), source=f"{path}:system.json"
+    )
+    return ChipletModule(
+        executable=executable,
+        plan=json.loads(payload["plan.json"]),
+        system=system,
+        input_specs=[
+            InputSpec(i["name"], tuple(i["shape"]), i["dtype"]) for i in meta.get("inputs", [])
+        ],
+        target=meta.get("target", ""),
+        path=path,
+        _tmpdir=tmpdir,
+    )

@@ -1,0 +1,164 @@
+/*!
+ * \file ffi_api.cc
+ * \brief tvm-ffi entry points of the simulator: `chiplet.sim.run`, `chiplet.sim.network_models`.
+ *
+ * Arrays come in as DLPack tensors (numpy through tvm_ffi) and are checked here; results are
+ * written into caller-allocated float64 arrays.
+ */
+#include <tvm/ffi/container/array.h>
+#include <tvm/ffi/container/tensor.h>
+#include <tvm/ffi/error.h>
+#include <tvm/ffi/function.h>
+#include <tvm/ffi/reflection/registry.h>
+#include <tvm/ffi/string.h>
+
+#include <cmath>
+#include <string>
+
+#include "network_model.h"
+#include "simulator.h"
+
+namespace tvm_chiplet {
+namespace sim {
+namespace {
+
+using tvm::ffi::TensorView;
+
+void CheckArray(const TensorView& array, const char* name, DLDataTypeCode code, int64_t length) {
+  const char* expected = code == kDLFloat ? "float64" : "int64";
+  TVM_FFI_CHECK(array.dtype().code == code && array.dtype().bits == 64 && array.dtype().lanes == 1,
+                TypeError)
+      << "`" << name << "` must be a " << expected << " array";
+  TVM_FFI_CHECK(array.device().device_type == kDLCPU, TypeError)
+      << "`" << name << "` must live on the CPU";
+  TVM_FFI_CHECK(array.ndim() == 1 && array.IsContiguous(), TypeError)
+      << "`" << name << "` must be a contiguous 1-d array, got " << array.ndim() << " dimensions";
+  TVM_FFI_CHECK(length < 0 || array.size(0) == length, ValueError)
+      << "`" << name << "` must have " << length << " elements, got " << array.size(0);
+}
+
+void CheckOutput(const TensorView& array, const char* name, int64_t rows, int64_t cols) {
+  TVM_FFI_CHECK(array.dtype().code == kDLFloat && array.dtype().bits == 64 &&
+                    array.dtype().lanes == 1 && array.device().device_type == kDLCPU,
+                TypeError)
+      << "`" << name << "` must be a float64 CPU array";
+  TVM_FFI_CHECK(array.IsContiguous() && array.numel() == rows * cols, ValueError)
+      << "`" << name << "` must be a contiguous array of " << rows << " x " << cols
+      << " elements, got " << array.numel();
+}
+
+template <typename T>
+const T* Data(const TensorView& array) {
+  return static_cast<const T*>(array.data_ptr());
+}
+
+double* MutableData(const TensorView& array) { return static_cast<double*>(array.data_ptr()); }
+
+int64_t Run(TensorView task_cluster, TensorView task_cycles, int64_t num_clusters,
+            TensorView message_src, TensorView message_dst, TensorView message_bytes,
+            TensorView route_offsets, TensorView route_links, TensorView link_bandwidth,
+            TensorView link_latency, int64_t batches, tvm::ffi::String network,
+            TensorView task_start, TensorView task_end, TensorView message_arrival,
+            TensorView link_busy) {
+  CheckArray(task_cluster, "task_cluster", kDLInt, -1);
+  int64_t num_tasks = task_cluster.size(0);
+  CheckArray(task_cycles, "task_cycles", kDLFloat, num_tasks);
+  CheckArray(message_src, "message_src", kDLInt, -1);
+  int64_t num_messages = message_src.size(0);
+  CheckArray(message_dst, "message_dst", kDLInt, num_messages);
+  CheckArray(message_bytes, "message_bytes", kDLFloat, num_messages);
+  CheckArray(route_offsets, "route_offsets", kDLInt, num_messages + 1);
+  CheckArray(route_links, "route_links", kDLInt, -1);
+  CheckArray(link_bandwidth, "link_bandwidth", kDLFloat, -1);
+  int64_t num_links = link_bandwidth.size(0);
+  CheckArray(link_latency, "link_latency", kDLFloat, num_links);
+  TVM_FFI_CHECK(num_clusters >= 1, ValueError)
+      << "num_clusters must be at least 1, got " << num_clusters;
+  TVM_FFI_CHECK(batches >= 1, ValueError) << "batches must be at least 1, got " << batches;
+  CheckOutput(task_start, "task_start", batches, num_tasks);
+  CheckOutput(task_end, "task_end", batches, num_tasks);
+  CheckOutput(message_arrival, "message_arrival", batches, num_messages);
+  CheckOutput(link_busy, "link_busy", 1, num_links);
+
+  const int64_t* clusters = Data<int64_t>(task_cluster);
+  const double* cycles = Data<double>(task_cycles);
+  for (int64_t t = 0; t < num_tasks; ++t) {
+    TVM_FFI_CHECK(clusters[t] >= 0 && clusters[t] < num_clusters, ValueError)
+        << "task " << t << " is on cluster " << clusters[t] << ", expected 0.."
+        << num_clusters - 1;
+    TVM_FFI_CHECK(std::isfinite(cycles[t]) && cycles[t] >= 0.0, ValueError)
+        << "task " << t << " has " << cycles[t] << " cycles, expected a finite value >= 0";
+  }
+  const int64_t* src = Data<int64_t>(message_src);
+  const int64_t* dst = Data<int64_t>(message_dst);
+  const double* bytes = Data<double>(message_bytes);
+  const int64_t* offsets = Data<int64_t>(route_offsets);
+  const int64_t* links = Data<int64_t>(route_links);
+  TVM_FFI_CHECK(offsets[0] == 0 && offsets[num_messages] == route_links.size(0), ValueError)
+      << "route_offsets must start at 0 and end at len(route_links) = " << route_links.size(0);
+  for (int64_t m = 0; m < num_messages; ++m) {
+    TVM_FFI_CHECK(src[m] >= 0 && src[m] < num_tasks && dst[m] >= 0 && dst[m] < num_tasks,
+                  ValueError)
+        << "message " << m << " joins tasks " << src[m] << " -> " << dst[m] << ", expected 0.."
+        << num_tasks - 1;
+    TVM_FFI_CHECK(std::isfinite(bytes[m]) && bytes[m] >= 0.0, ValueError)
+        << "message " << m << " has " << bytes[m] << " bytes, expected a finite value >= 0";
+    TVM_FFI_CHECK(offsets[m] <= offsets[m + 1], ValueError)
+        << "route_offsets must not decrease, but it does at message " << m;
+  }
+  for (int64_t i = 0; i < route_links.size(0); ++i) {
+    TVM_FFI_CHECK(links[i] >= 0 && links[i] < num_links, ValueError)
+        << "route entry " << i << " is link " << links[i] << ", expected 0.." << num_links - 1;
+  }
+  const double* bandwidth = Data<double>(link_bandwidth);
+  const double* latency = Data<double>(link_latency);
+  for (int64_t l = 0; l < num_links; ++l) {
+    TVM_FFI_CHECK(std::isfinite(bandwidth[l]) && bandwidth[l] > 0.0, ValueError)
+        << "link " << l << " has bandwidth " << bandwidth[l] << ", expected a finite value > 0";
+    TVM_FFI_CHECK(std::isfinite(latency[l]) && latency[l] >= 0.0, ValueError)
+        << "link " << l << " has latency " << latency[l] << ", expected a finite value >= 0";
+  }
+
+  NetworkSpec spec;
+  spec.num_links = num_links;
+  spec.link_bandwidth = bandwidth;
+  spec.link_latency = latency;
+  spec.num_messages = num_messages;
+  spec.message_bytes = bytes;
+  spec.route_offsets = offsets;
+  spec.route_links = links;
+  std::unique_ptr<NetworkModel> model = MakeNetworkModel(std::string(network), spec, batches);
+
+  TaskGraph graph;
+  graph.num_tasks = num_tasks;
+  graph.num_clusters = num_clusters;
+  graph.task_cluster = clusters;
+  graph.task_cycles = cycles;
+  graph.num_messages = num_messages;
+  graph.message_src = src;
+  graph.message_dst = dst;
+
+  SimulationOutput out;
+  out.task_start = MutableData(task_start);
+  out.task_end = MutableData(task_end);
+  out.message_arrival = MutableData(message_arrival);
+  out.link_busy = MutableData(link_busy);
+  return Simulate(graph, spec, batches, model.get(), out);
+}
+
+tvm::ffi::Array<tvm::ffi::String> NetworkModels() {
+  tvm::ffi::Array<tvm::ffi::String> names;
+  for (const std::string& name : NetworkModelNames()) names.push_back(name);
+  return names;
+}
+
+}  // namespace
+
+TVM_FFI_STATIC_INIT_BLOCK() {
+  tvm::ffi::reflection::GlobalDef()
+      .def("chiplet.sim.run", Run)
+      .def("chiplet.sim.network_models", NetworkModels);
+}
+
+}  // namespace sim
+}  // namespace tvm_chiplet

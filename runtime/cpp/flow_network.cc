@@ -1,0 +1,184 @@
+/*!
+ * \file flow_network.cc
+ * \brief Flow-level network: messages in flight share every link max-min fairly.
+ *
+ * Rates are constant between events and recomputed (progressive filling) whenever a message
+ * starts or finishes its transfer. A message's route latency is paid once, after its last byte
+ * leaves, so a message alone on its route takes latency + bytes / min bandwidth.
+ */
+#include <tvm/ffi/error.h>
+
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "network_model.h"
+
+namespace tvm_chiplet {
+namespace sim {
+namespace {
+
+// A transfer is complete when this fraction of its bytes is left; absorbs rounding of
+// remaining -= rate * dt over many rate changes.
+constexpr double kDoneFraction = 1e-9;
+
+class FlowNetwork : public NetworkModel {
+ public:
+  FlowNetwork(const NetworkSpec& spec, int64_t batches)
+      : spec_(spec),
+        remaining_(spec.num_messages * batches, 0.0),
+        rate_(spec.num_messages * batches, 0.0),
+        frozen_(spec.num_messages * batches, false),
+        link_flows_(spec.num_links),
+        link_since_(spec.num_links, 0.0),
+        link_busy_(spec.num_links, 0.0),
+        link_capacity_left_(spec.num_links, 0.0),
+        link_unfrozen_(spec.num_links, 0) {
+    latency_.reserve(spec.num_messages);
+    for (int64_t m = 0; m < spec.num_messages; ++m) latency_.push_back(spec.RouteLatency(m));
+  }
+
+  void Inject(int64_t message, double now, std::vector<Delivery>* delivered) final {
+    TVM_FFI_ICHECK(now >= now_) << "flow network injected at " << now << " before " << now_;
+    now_ = now;
+    int64_t m = message % spec_.num_messages;
+    if (spec_.message_bytes[m] <= 0.0) {
+      delivered->push_back({message, now + latency_[m]});
+      return;
+    }
+    remaining_[message] = spec_.message_bytes[m];
+    active_.push_back(message);
+    for (int64_t i = spec_.RouteBegin(m); i < spec_.RouteEnd(m); ++i) {
+      int64_t link = spec_.route_links[i];
+      if (link_flows_[link].empty()) {
+        link_since_[link] = now;
+        active_links_.push_back(link);
+      }
+      link_flows_[link].push_back(message);
+    }
+    rates_stale_ = true;
+  }
+
+  double NextEventTime() final {
+    if (rates_stale_) ComputeMaxMinRates();
+    double next = std::numeric_limits<double>::infinity();
+    for (int64_t f : active_) next = std::min(next, now_ + remaining_[f] / rate_[f]);
+    return next;
+  }
+
+  void AdvanceTo(double t, std::vector<Delivery>* delivered) final {
+    TVM_FFI_ICHECK(t >= now_) << "flow network moved back from " << now_ << " to " << t;
+    if (rates_stale_) ComputeMaxMinRates();
+    double previous = now_;
+    double dt = t - previous;
+    now_ = t;
+    size_t kept = 0;
+    for (int64_t f : active_) {
+      double finish = previous + remaining_[f] / rate_[f];
+      remaining_[f] = finish <= t ? 0.0 : remaining_[f] - rate_[f] * dt;
+      int64_t m = f % spec_.num_messages;
+      if (remaining_[f] <= kDoneFraction * spec_.message_bytes[m]) {
+        Release(f, t);
+        delivered->push_back({f, t + latency_[m]});
+      } else {
+        active_[kept++] = f;
+      }
+    }
+    if (kept != active_.size()) {
+      active_.resize(kept);
+      rates_stale_ = true;
+    }
+  }
+
+  void WriteLinkBusyCycles(double end, double* link_busy) final {
+    for (int64_t l = 0; l < spec_.num_links; ++l) {
+      link_busy[l] = link_busy_[l] + (link_flows_[l].empty() ? 0.0 : end - link_since_[l]);
+    }
+  }
+
+ private:
+  void Release(int64_t flow, double t) {
+    int64_t m = flow % spec_.num_messages;
+    for (int64_t i = spec_.RouteBegin(m); i < spec_.RouteEnd(m); ++i) {
+      int64_t link = spec_.route_links[i];
+      std::vector<int64_t>& flows = link_flows_[link];
+      for (size_t k = 0; k < flows.size(); ++k) {
+        if (flows[k] == flow) {
+          flows.erase(flows.begin() + k);
+          break;
+        }
+      }
+      if (flows.empty()) {
+        link_busy_[link] += t - link_since_[link];
+        for (size_t k = 0; k < active_links_.size(); ++k) {
+          if (active_links_[k] == link) {
+            active_links_.erase(active_links_.begin() + k);
+            break;
+          }
+        }
+      }
+    }
+  }
+
+  // Progressive filling: the link with the smallest fair share fixes the rate of all its
+  // unfixed flows; their bandwidth is taken off every link they cross; repeat.
+  void ComputeMaxMinRates() {
+    rates_stale_ = false;
+    for (int64_t link : active_links_) {
+      link_capacity_left_[link] = spec_.link_bandwidth[link];
+      link_unfrozen_[link] = static_cast<int64_t>(link_flows_[link].size());
+    }
+    for (int64_t f : active_) frozen_[f] = false;
+    size_t unfrozen = active_.size();
+    while (unfrozen > 0) {
+      int64_t bottleneck = -1;
+      double share = std::numeric_limits<double>::infinity();
+      for (int64_t link : active_links_) {
+        if (link_unfrozen_[link] == 0) continue;
+        double link_share = link_capacity_left_[link] / link_unfrozen_[link];
+        if (link_share < share) {
+          share = link_share;
+          bottleneck = link;
+        }
+      }
+      TVM_FFI_ICHECK(bottleneck >= 0 && share > 0.0)
+          << "max-min fair sharing found no positive share for " << unfrozen << " flows";
+      for (int64_t f : link_flows_[bottleneck]) {
+        if (frozen_[f]) continue;
+        frozen_[f] = true;
+        rate_[f] = share;
+        --unfrozen;
+        int64_t m = f % spec_.num_messages;
+        for (int64_t i = spec_.RouteBegin(m); i < spec_.RouteEnd(m); ++i) {
+          int64_t link = spec_.route_links[i];
+          link_capacity_left_[link] -= share;
+          --link_unfrozen_[link];
+        }
+      }
+    }
+  }
+
+  NetworkSpec spec_;
+  std::vector<double> latency_;
+  double now_ = 0.0;
+  bool rates_stale_ = false;
+  std::vector<int64_t> active_;
+  std::vector<double> remaining_;
+  std::vector<double> rate_;
+  std::vector<bool> frozen_;
+  std::vector<int64_t> active_links_;
+  std::vector<std::vector<int64_t>> link_flows_;
+  std::vector<double> link_since_;
+  std::vector<double> link_busy_;
+  std::vector<double> link_capacity_left_;
+  std::vector<int64_t> link_unfrozen_;
+};
+
+}  // namespace
+
+std::unique_ptr<NetworkModel> MakeFlowNetwork(const NetworkSpec& spec, int64_t batches) {
+  return std::make_unique<FlowNetwork>(spec, batches);
+}
+
+}  // namespace sim
+}  // namespace tvm_chiplet

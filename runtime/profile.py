@@ -1,0 +1,119 @@
+"""Per-cluster report: modeled device time from the C++ simulator plus measured host time."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tvm_chiplet.runtime.simulator import SimMessage, SimResult, SimTask, simulate
+from tvm_chiplet.targets.system import ChipletSystem
+
+
+def simulate_plan(
+    plan: dict, system: ChipletSystem, batches: int = 1, network: str = "flow"
+) -> SimResult:
+    """Simulate a compiled plan on its system: tasks with cost-model cycles, routed messages."""
+    tasks = [SimTask(t["name"], t["cluster"], float(t["cycles"])) for t in plan["tasks"]]
+    messages = [
+        SimMessage(m["src"], m["dst"], int(m["bytes"]), list(m["route"])) for m in plan["messages"]
+    ]
+    links = sorted(system.links, key=lambda link: link.id)
+    return simulate(
+        tasks,
+        messages,
+        link_bandwidth=np.array([link.bandwidth for link in links], dtype=np.float64),
+        link_latency=np.array([link.latency for link in links], dtype=np.float64),
+        num_clusters=system.num_clusters,
+        batches=batches,
+        network=network,
+    )
+
+
+def profile_report(plan: dict, system: ChipletSystem, sim: SimResult, execution=None) -> dict:
+    """Everything ``--profile-json`` writes: per cluster, per link, totals."""
+    freq = system.frequency_hz
+    used = set(plan.get("clusters_used", []))
+    segments_on: dict[int, int] = {}
+    for segment in plan["segments"]:
+        segments_on[segment["cluster"]] = segments_on.get(segment["cluster"], 0) + 1
+    ops_on: dict[int, int] = {}
+    for task in plan["tasks"]:
+        ops_on[task["cluster"]] = ops_on.get(task["cluster"], 0) + 1
+    host = execution.cluster_seconds if execution is not None else {}
+    clusters = []
+    for cluster in system.clusters:
+        cid = cluster.id
+        if cid not in used:
+            continue
+        clusters.append({
+            "cluster": cid,
+            "name": cluster.name,
+            "chiplet": cluster.chiplet,
+            "segments": segments_on.get(cid, 0),
+            "ops": ops_on.get(cid, 0),
+            "host_ms": 1e3 * host[cid] if cid in host else None,
+            "busy_cycles": float(sim.cluster_busy_cycles[cid]),
+            "wait_cycles": float(sim.cluster_wait_cycles[cid]),
+            "idle_cycles": float(sim.cluster_idle_cycles[cid]),
+            "utilisation": float(sim.cluster_utilisation[cid]),
+        })
+    links = [
+        {
+            "link": link.id, "src": link.src, "dst": link.dst, "kind": link.kind,
+            "bytes": float(sim.link_bytes[link.id]),
+            "busy_cycles": float(sim.link_busy_cycles[link.id]),
+            "utilisation": float(sim.link_utilisation[link.id]),
+        }
+        for link in system.links
+        if sim.link_bytes[link.id] > 0
+    ]
+    total = float(sim.total_cycles)
+    report = {
+        "system": system.name,
+        "strategy": plan.get("strategy"),
+        "batches": int(sim.batches),
+        "network": sim.network,
+        "clusters": clusters,
+        "links": links,
+        "totals": {
+            "cycles": total,
+            "latency_s": total / freq,
+            "latency_per_batch_cycles": [float(x) for x in np.atleast_1d(sim.latency_per_batch)],
+            "throughput_per_s": float(sim.throughput_per_cycle) * freq,
+            "avg_utilisation": float(np.mean([c["utilisation"] for c in clusters]))
+            if clusters else 0.0,
+            "bytes_moved": float(sum(t["bytes"] for t in plan.get("transfers", []))),
+        },
+    }
+    if execution is not None:
+        report["host"] = {
+            "wall_s": execution.wall_seconds,
+            "segments": [s.__dict__ for s in execution.segments],
+        }
+    return report
+
+
+def format_table(report: dict) -> str:
+    """The per-cluster timing table ``tvmc run --print-time`` prints."""
+    head = (
+        f"{'cluster':>8} {'name':>14} {'segs':>5} {'ops':>5} {'host ms':>9} "
+        f"{'busy cyc':>12} {'wait cyc':>12} {'idle cyc':>12} {'util':>6}"
+    )
+    lines = [head, "-" * len(head)]
+    for c in report["clusters"]:
+        host = f"{c['host_ms']:9.2f}" if c["host_ms"] is not None else f"{'-':>9}"
+        lines.append(
+            f"{c['cluster']:>8} {c['name'][:14]:>14} {c['segments']:>5} {c['ops']:>5} {host} "
+            f"{c['busy_cycles']:12.0f} {c['wait_cycles']:12.0f} {c['idle_cycles']:12.0f} "
+            f"{100 * c['utilisation']:5.1f}%"
+        )
+    totals = report["totals"]
+    lines.append("-" * len(head))
+    lines.append(
+        f"device: {totals['cycles']:.0f} cycles = {1e3 * totals['latency_s']:.3f} ms, "
+        f"throughput {totals['throughput_per_s']:.1f} inf/s, "
+        f"avg utilisation {100 * totals['avg_utilisation']:.1f}%, "
+        f"{len(report['links'])} busy links"
+    )
+    if "host" in report:
+        lines.append(f"host: wall {1e3 * report['host']['wall_s']:.2f} ms")
+    return "\n".join(lines)

@@ -1,0 +1,695 @@
+"""Discrete-event timing simulation of a placed task graph on a chiplet device.
+
+The timing core is C++ (``runtime/cpp``, built by ``pip install .`` into
+``libtvm_chiplet_sim.so`` and called through tvm-ffi); this module validates inputs, converts them
+to flat numpy arrays, and turns the raw event times into a :class:`SimResult`.
+:func:`simulate_reference` is a small pure-Python implementation of the same model that the tests
+use to check the C++ core.
+
+The model
+---------
+- Each task runs on one cluster for a fixed number of cycles. A cluster runs its tasks one at a
+  time, without preemption, in increasing task index; with ``batches > 1`` the whole task graph is
+  streamed that many times and each cluster runs its list for batch 0, then batch 1, ... A task of
+  batch ``b + 1`` may run while other clusters still work on batch ``b`` (pipelining).
+- A message joins two tasks of the same batch. It is sent when its source task finishes and the
+  destination task starts once all its messages have arrived and its cluster is free. An empty
+  route costs nothing (the data stays where it is).
+- Network models (:data:`NETWORK_MODELS`):
+
+  ``"analytical"``
+      sum of the route's link latencies + bytes / slowest bandwidth on the route; no contention.
+  ``"flow"``
+      messages in flight share every link's bandwidth max-min fairly, recomputed whenever a
+      transfer starts or finishes; the route's latency is paid once, after the last byte. A
+      message alone on its route takes exactly the analytical time.
+
+A link is busy while at least one message is transferring bytes over it (latency excluded).
+
+Example
+-------
+>>> tasks = [SimTask("produce", cluster=0, cycles=100), SimTask("consume", cluster=1, cycles=50)]
+>>> messages = [SimMessage(src_task=0, dst_task=1, nbytes=64, route=[0])]
+>>> result = simulate(tasks, messages, link_bandwidth=[32.0], link_latency=[5.0], num_clusters=2)
+>>> float(result.total_cycles)  # 100 + (5 + 64 / 32) + 50
+157.0
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import importlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+NETWORK_MODELS: tuple[str, ...] = ("analytical", "flow")
+"""Names accepted by the ``network`` argument of :func:`simulate`."""
+
+_LIBRARY_NAME = "libtvm_chiplet_sim.so"
+# A transfer counts as finished when this fraction of its bytes is left (absorbs rounding of the
+# remaining bytes over many rate changes); the C++ flow model uses the same value.
+_DONE_FRACTION = 1e-9
+_MAX_BLOCKED_LISTED = 8
+
+
+@dataclass(frozen=True)
+class SimTask:
+    """A unit of work placed on one cluster.
+
+    Parameters
+    ----------
+    name : str
+        Label used in results and error messages.
+    cluster : int
+        Index of the cluster that runs the task, in ``0 .. num_clusters - 1``.
+    cycles : float
+        Execution time in cycles (finite, >= 0).
+    """
+
+    name: str
+    cluster: int
+    cycles: float
+
+
+@dataclass(frozen=True)
+class SimMessage:
+    """Data sent from one task to another of the same batch.
+
+    Parameters
+    ----------
+    src_task, dst_task : int
+        Indices into the task list.
+    nbytes : int
+        Payload size in bytes (>= 0).
+    route : Sequence[int]
+        Link ids in travel order; empty when both tasks share the data in place.
+    """
+
+    src_task: int
+    dst_task: int
+    nbytes: int
+    route: Sequence[int] = ()
+
+
+class SimulationStalledError(RuntimeError):
+    """Raised when tasks remain that can never start (they wait on each other)."""
+
+
+@dataclass(frozen=True, eq=False)
+class SimResult:
+    """Timing of one simulation. Times are in cycles; arrays are float64.
+
+    Attributes
+    ----------
+    network : str
+        Network model used.
+    batches : int
+        Number of times the task graph was streamed.
+    task_names : tuple[str, ...]
+        Names of the tasks, indexing the second axis of the task arrays.
+    total_cycles : float
+        End of the last task.
+    task_start, task_end : np.ndarray
+        ``[batches, tasks]`` start and end of every task instance.
+    message_arrival : np.ndarray
+        ``[batches, messages]`` time every message reached its destination.
+    cluster_busy_cycles, cluster_wait_cycles, cluster_idle_cycles : np.ndarray
+        ``[clusters]``: running a task; having a next task whose inputs had not arrived; the
+        rest (``total - busy - wait``, e.g. after the cluster's last task).
+    cluster_utilisation : np.ndarray
+        ``[clusters]`` busy / total.
+    link_bytes : np.ndarray
+        ``[links]`` bytes carried over all batches.
+    link_busy_cycles : np.ndarray
+        ``[links]`` time with at least one message transferring over the link.
+    link_utilisation : np.ndarray
+        ``[links]`` busy / total.
+    latency_per_batch : np.ndarray
+        ``[batches]`` end of the batch's last task minus start of its first task.
+    throughput_per_cycle : float
+        Batches per cycle in steady state: ``(batches - 1) / (end of last batch - end of first
+        batch)`` when ``batches > 1``, else ``1 / latency``; ``inf`` when that span is zero.
+    """
+
+    network: str
+    batches: int
+    task_names: tuple[str, ...]
+    total_cycles: float
+    task_start: np.ndarray
+    task_end: np.ndarray
+    message_arrival: np.ndarray
+    cluster_busy_cycles: np.ndarray
+    cluster_wait_cycles: np.ndarray
+    cluster_idle_cycles: np.ndarray
+    cluster_utilisation: np.ndarray
+    link_bytes: np.ndarray
+    link_busy_cycles: np.ndarray
+    link_utilisation: np.ndarray
+    latency_per_batch: np.ndarray
+    throughput_per_cycle: float
+
+    @staticmethod
+    def seconds(cycles: float | np.ndarray, frequency_hz: float) -> float | np.ndarray:
+        """Convert cycles to seconds at ``frequency_hz`` (e.g. ``result.seconds(result.total_cycles,
+        1e9)``)."""
+        if not frequency_hz > 0 or not math.isfinite(frequency_hz):
+            raise ValueError(
+                f"frequency_hz must be a positive finite number of cycles per second, "
+                f"got {frequency_hz!r}"
+            )
+        return cycles / frequency_hz
+
+
+def simulate(
+    tasks: Sequence[SimTask],
+    messages: Sequence[SimMessage],
+    link_bandwidth: Sequence[float] | np.ndarray,
+    link_latency: Sequence[float] | np.ndarray,
+    num_clusters: int,
+    batches: int = 1,
+    network: str = "flow",
+) -> SimResult:
+    """Simulate ``batches`` streamed runs of a task graph with the C++ timing core.
+
+    Parameters
+    ----------
+    tasks : Sequence[SimTask]
+        The tasks; each cluster runs its tasks in list order (at least one task).
+    messages : Sequence[SimMessage]
+        Dependencies with their payloads and routes; they must form an acyclic graph.
+    link_bandwidth : array-like of float
+        Bytes per cycle of every link, indexed by link id (> 0).
+    link_latency : array-like of float
+        Cycles of every link, indexed by link id (>= 0).
+    num_clusters : int
+        Number of clusters (>= 1).
+    batches : int
+        Number of times the task graph is streamed (>= 1).
+    network : str
+        One of :data:`NETWORK_MODELS`.
+
+    Returns
+    -------
+    SimResult
+        Start and end of every task instance, message arrivals, cluster and link statistics.
+
+    Raises
+    ------
+    ValueError
+        For invalid inputs; the message names the offending value.
+    SimulationStalledError
+        When some tasks can never start, e.g. a task waits for a message from a task that comes
+        later on the same cluster.
+    RuntimeError
+        When the C++ library has not been built.
+    """
+    problem = _prepare(
+        tasks, messages, link_bandwidth, link_latency, num_clusters, batches, network
+    )
+    batches_, num_tasks = problem.batches, len(problem.task_names)
+    timeline = _Timeline(
+        task_start=np.full((batches_, num_tasks), np.nan),
+        task_end=np.full((batches_, num_tasks), np.nan),
+        message_arrival=np.full((batches_, len(problem.message_src)), np.nan),
+        link_busy=np.zeros(len(problem.link_bandwidth)),
+    )
+    _core()(
+        problem.task_cluster,
+        problem.task_cycles,
+        problem.num_clusters,
+        problem.message_src,
+        problem.message_dst,
+        problem.message_bytes,
+        problem.route_offsets,
+        problem.route_links,
+        problem.link_bandwidth,
+        problem.link_latency,
+        problem.batches,
+        problem.network,
+        timeline.task_start,
+        timeline.task_end,
+        timeline.message_arrival,
+        timeline.link_busy,
+    )
+    return _summarise(problem, timeline)
+
+
+def simulate_reference(
+    tasks: Sequence[SimTask],
+    messages: Sequence[SimMessage],
+    link_bandwidth: Sequence[float] | np.ndarray,
+    link_latency: Sequence[float] | np.ndarray,
+    num_clusters: int,
+    batches: int = 1,
+    network: str = "flow",
+) -> SimResult:
+    """Pure-Python version of :func:`simulate`, slow and simple; for checking it on small cases.
+
+    Same parameters, result and errors as :func:`simulate`.
+    """
+    problem = _prepare(
+        tasks, messages, link_bandwidth, link_latency, num_clusters, batches, network
+    )
+    return _summarise(problem, _reference_timeline(problem))
+
+
+@functools.lru_cache(maxsize=1)
+def _core():
+    """Load the C++ library once and return its ``chiplet.sim.run`` function."""
+    import tvm_ffi  # loaded before the library, which links against it
+
+    package = importlib.import_module("tvm_chiplet.runtime")
+    library = _find_library([Path(folder) for folder in package.__path__])
+    ctypes.CDLL(str(library), ctypes.RTLD_GLOBAL)
+    return tvm_ffi.get_global_func("chiplet.sim.run")
+
+
+def _find_library(folders: Sequence[Path]) -> Path:
+    """The simulator library in the first folder that has it (editable installs put it in
+    site-packages, not in the source tree)."""
+    for folder in folders:
+        if (folder / _LIBRARY_NAME).is_file():
+            return folder / _LIBRARY_NAME
+    searched = ", ".join(str(folder) for folder in folders)
+    raise RuntimeError(
+        f"the simulator library {_LIBRARY_NAME} was not found in {searched}; it is built by pip: "
+        f"run `pip install .` (or `pip install -e .`) in the tvm-chiplet repository"
+    )
+
+
+def _native_network_models() -> tuple[str, ...]:
+    """Network models the loaded C++ library implements."""
+    import tvm_ffi
+
+    _core()
+    return tuple(str(name) for name in tvm_ffi.get_global_func("chiplet.sim.network_models")())
+
+
+@dataclass(frozen=True, eq=False)
+class _Problem:
+    """Validated inputs as flat arrays (the layout the C++ core reads)."""
+
+    task_names: tuple[str, ...]
+    task_cluster: np.ndarray  # int64 [tasks]
+    task_cycles: np.ndarray  # float64 [tasks]
+    message_src: np.ndarray  # int64 [messages]
+    message_dst: np.ndarray  # int64 [messages]
+    message_bytes: np.ndarray  # float64 [messages]
+    route_offsets: np.ndarray  # int64 [messages + 1]; message m uses route_links[o[m]:o[m+1]]
+    route_links: np.ndarray  # int64
+    link_bandwidth: np.ndarray  # float64 [links]
+    link_latency: np.ndarray  # float64 [links]
+    num_clusters: int
+    batches: int
+    network: str
+
+
+@dataclass(frozen=True, eq=False)
+class _Timeline:
+    """Raw event times of one run; NaN where the simulation never got."""
+
+    task_start: np.ndarray
+    task_end: np.ndarray
+    message_arrival: np.ndarray
+    link_busy: np.ndarray
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _first_bad_integer(values: list, low: int, high: float) -> int | None:
+    """Index of the first value that is not an integer in ``[low, high)``, or None."""
+    array = np.array(values)
+    if array.dtype.kind in "iu":
+        bad = np.flatnonzero((array < low) | (array >= high))
+        return int(bad[0]) if bad.size else None
+    return next((i for i, v in enumerate(values) if not (_is_int(v) and low <= v < high)), None)
+
+
+def _prepare(
+    tasks: Sequence[SimTask],
+    messages: Sequence[SimMessage],
+    link_bandwidth: Sequence[float] | np.ndarray,
+    link_latency: Sequence[float] | np.ndarray,
+    num_clusters: int,
+    batches: int,
+    network: str,
+) -> _Problem:
+    if network not in NETWORK_MODELS:
+        valid = ", ".join(repr(name) for name in NETWORK_MODELS)
+        raise ValueError(f"unknown network model {network!r}; expected one of {valid}")
+    if not _is_int(batches) or batches < 1:
+        raise ValueError(
+            f"batches must be an integer >= 1 (micro-batches to stream), got {batches!r}"
+        )
+    if not _is_int(num_clusters) or num_clusters < 1:
+        raise ValueError(f"num_clusters must be an integer >= 1, got {num_clusters!r}")
+    bandwidth, latency = _prepare_links(link_bandwidth, link_latency)
+    if len(tasks) == 0:
+        raise ValueError("tasks is empty; the simulation needs at least one task")
+
+    names = tuple(task.name for task in tasks)
+    clusters = [task.cluster for task in tasks]
+    index = _first_bad_integer(clusters, 0, num_clusters)
+    if index is not None:
+        raise ValueError(
+            f"task {index} ({names[index]!r}) is on cluster {clusters[index]!r}, but clusters are "
+            f"numbered 0..{num_clusters - 1}; fix its placement or raise num_clusters"
+        )
+    cycles = np.array([task.cycles for task in tasks], dtype=np.float64)
+    bad = np.flatnonzero(~np.isfinite(cycles) | (cycles < 0))
+    if bad.size:
+        index = int(bad[0])
+        raise ValueError(
+            f"task {index} ({names[index]!r}) takes {float(cycles[index])} cycles; expected a "
+            f"finite number >= 0"
+        )
+
+    def label(index: int) -> str:
+        message = messages[index]
+        return f"message {index} ({message.src_task!r} -> {message.dst_task!r})"
+
+    num_tasks, num_links = len(tasks), len(bandwidth)
+    for field in ("src_task", "dst_task"):
+        ends = [getattr(message, field) for message in messages]
+        index = _first_bad_integer(ends, 0, num_tasks)
+        if index is not None:
+            raise ValueError(
+                f"{label(index)} names task {ends[index]!r}; tasks are numbered 0..{num_tasks - 1}"
+            )
+    nbytes = [message.nbytes for message in messages]
+    index = _first_bad_integer(nbytes, 0, math.inf)
+    if index is not None:
+        raise ValueError(
+            f"{label(index)} carries {nbytes[index]!r} bytes; expected an integer >= 0"
+        )
+
+    routes = [list(message.route) for message in messages]
+    route_lengths = np.array([len(route) for route in routes], dtype=np.int64)
+    route_offsets = np.concatenate([[0], np.cumsum(route_lengths)]).astype(np.int64)
+    links = [link for route in routes for link in route]
+    position = _first_bad_integer(links, 0, num_links)
+    if position is not None:
+        index = int(np.searchsorted(route_offsets, position, side="right")) - 1
+        raise ValueError(
+            f"{label(index)} routes over unknown link {links[position]!r}; links are numbered "
+            f"0..{num_links - 1} (the length of link_bandwidth)"
+        )
+    route_links = np.array(links, dtype=np.int64)
+    route_owner = np.repeat(np.arange(len(messages)), route_lengths)
+    order = np.lexsort((route_links, route_owner))
+    owner, link = route_owner[order], route_links[order]
+    repeated = np.flatnonzero((owner[1:] == owner[:-1]) & (link[1:] == link[:-1]))
+    if repeated.size:
+        index = int(owner[repeated[0]])
+        raise ValueError(
+            f"{label(index)} crosses a link twice on route {routes[index]}; routes must be paths"
+        )
+
+    problem = _Problem(
+        task_names=names,
+        task_cluster=np.array(clusters, dtype=np.int64),
+        task_cycles=cycles,
+        message_src=np.array([m.src_task for m in messages], dtype=np.int64),
+        message_dst=np.array([m.dst_task for m in messages], dtype=np.int64),
+        message_bytes=np.array(nbytes, dtype=np.float64),
+        route_offsets=route_offsets,
+        route_links=route_links,
+        link_bandwidth=bandwidth,
+        link_latency=latency,
+        num_clusters=int(num_clusters),
+        batches=int(batches),
+        network=network,
+    )
+    _check_acyclic(problem)
+    return problem
+
+
+def _prepare_links(
+    link_bandwidth: Sequence[float] | np.ndarray, link_latency: Sequence[float] | np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    bandwidth = np.array(link_bandwidth, dtype=np.float64).reshape(-1)
+    latency = np.array(link_latency, dtype=np.float64).reshape(-1)
+    if bandwidth.shape != latency.shape:
+        raise ValueError(
+            f"link_bandwidth has {bandwidth.size} entries but link_latency has {latency.size}; "
+            f"both are indexed by link id and need one entry per link"
+        )
+    bad = np.flatnonzero(~np.isfinite(bandwidth) | (bandwidth <= 0))
+    if bad.size:
+        link = int(bad[0])
+        raise ValueError(
+            f"link_bandwidth[{link}] = {float(bandwidth[link])} bytes/cycle; every link needs a "
+            f"positive finite bandwidth (remove a dead link from the routes instead)"
+        )
+    bad = np.flatnonzero(~np.isfinite(latency) | (latency < 0))
+    if bad.size:
+        link = int(bad[0])
+        raise ValueError(
+            f"link_latency[{link}] = {float(latency[link])} cycles; expected a finite value >= 0"
+        )
+    return bandwidth, latency
+
+
+def _check_acyclic(problem: _Problem) -> None:
+    """Raise if the messages form a dependency cycle, naming the tasks on one cycle."""
+    if np.all(problem.message_src < problem.message_dst):
+        return  # task index order is a topological order
+    num_tasks = len(problem.task_names)
+    src, dst = problem.message_src.tolist(), problem.message_dst.tolist()
+    successors: list[list[int]] = [[] for _ in range(num_tasks)]
+    predecessors: list[list[int]] = [[] for _ in range(num_tasks)]
+    in_degree = [0] * num_tasks
+    for s, d in zip(src, dst, strict=True):
+        successors[s].append(d)
+        predecessors[d].append(s)
+        in_degree[d] += 1
+    ready = [task for task in range(num_tasks) if in_degree[task] == 0]
+    while ready:
+        task = ready.pop()
+        for successor in successors[task]:
+            in_degree[successor] -= 1
+            if in_degree[successor] == 0:
+                ready.append(successor)
+    stuck = [task for task in range(num_tasks) if in_degree[task] > 0]
+    if not stuck:
+        return
+    # Every stuck task has a stuck predecessor: walking predecessors must revisit a task.
+    walk, seen, task = [], {}, stuck[0]
+    while task not in seen:
+        seen[task] = len(walk)
+        walk.append(task)
+        task = next(p for p in predecessors[task] if in_degree[p] > 0)
+    cycle = list(reversed(walk[seen[task] :]))
+    names = " -> ".join(repr(problem.task_names[t]) for t in [*cycle, cycle[0]])
+    raise ValueError(
+        f"the task graph has a dependency cycle: {names}; messages must form an acyclic graph "
+        f"(remove or reverse one of these messages)"
+    )
+
+
+def _summarise(problem: _Problem, timeline: _Timeline) -> SimResult:
+    if np.isnan(timeline.task_end).any():
+        raise SimulationStalledError(_stall_message(problem, timeline))
+    start, end = timeline.task_start, timeline.task_end
+    batches = start.shape[0]
+    total = float(end.max())
+
+    # Cluster order is (batch, task); instance ids b * tasks + t already sort that way.
+    instance_cluster = np.tile(problem.task_cluster, batches)
+    order = np.argsort(instance_cluster, kind="stable")
+    cluster = instance_cluster[order]
+    starts, ends = start.ravel()[order], end.ravel()[order]
+    previous_end = np.concatenate([[0.0], ends[:-1]])
+    previous_end[np.concatenate([[True], cluster[1:] != cluster[:-1]])] = 0.0
+    wait = np.bincount(cluster, weights=starts - previous_end, minlength=problem.num_clusters)
+    busy = batches * np.bincount(
+        problem.task_cluster, weights=problem.task_cycles, minlength=problem.num_clusters
+    )
+    idle = np.maximum(total - busy - wait, 0.0)
+
+    num_links = len(problem.link_bandwidth)
+    route_bytes = np.repeat(problem.message_bytes, np.diff(problem.route_offsets))
+    link_bytes = batches * np.bincount(
+        problem.route_links, weights=route_bytes, minlength=num_links
+    )
+
+    batch_end = end.max(axis=1)
+    latency = batch_end - start.min(axis=1)
+    span = batch_end[-1] - batch_end[0] if batches > 1 else latency[0]
+    throughput = (max(batches - 1, 1) / span) if span > 0 else math.inf
+
+    def per_cycle(values: np.ndarray) -> np.ndarray:
+        return values / total if total > 0 else np.zeros_like(values)
+
+    return SimResult(
+        network=problem.network,
+        batches=batches,
+        task_names=problem.task_names,
+        total_cycles=total,
+        task_start=start,
+        task_end=end,
+        message_arrival=timeline.message_arrival,
+        cluster_busy_cycles=busy,
+        cluster_wait_cycles=wait,
+        cluster_idle_cycles=idle,
+        cluster_utilisation=per_cycle(busy),
+        link_bytes=link_bytes,
+        link_busy_cycles=timeline.link_busy,
+        link_utilisation=per_cycle(timeline.link_busy),
+        latency_per_batch=latency,
+        throughput_per_cycle=float(throughput),
+    )
+
+
+def _stall_message(problem: _Problem, timeline: _Timeline) -> str:
+    """Name, per cluster, the first task instance that never started and what it waits for."""
+    names = problem.task_names
+    blocked = []
+    for cluster in range(problem.num_clusters):
+        for batch, task in _cluster_sequence(problem, cluster):
+            if not np.isnan(timeline.task_start[batch, task]):
+                continue
+            missing = [
+                repr(names[problem.message_src[m]])
+                for m in np.flatnonzero(problem.message_dst == task)
+                if np.isnan(timeline.message_arrival[batch, m])
+            ]
+            blocked.append(
+                f"{names[task]!r} (task {task}, batch {batch}, cluster {cluster}) waits for "
+                f"{', '.join(missing)}"
+            )
+            break
+    listed = "; ".join(blocked[:_MAX_BLOCKED_LISTED])
+    more = len(blocked) - _MAX_BLOCKED_LISTED
+    if more > 0:
+        listed += f"; and {more} more"
+    finished = int(np.count_nonzero(~np.isnan(timeline.task_end)))
+    return (
+        f"the simulation cannot make progress after {finished} of {timeline.task_end.size} task "
+        f"instances: {listed}. Each cluster runs its tasks in list order, so a task must not wait "
+        f"for a task placed later on the same cluster; order the tasks topologically"
+    )
+
+
+def _cluster_sequence(problem: _Problem, cluster: int) -> list[tuple[int, int]]:
+    """The (batch, task) instances a cluster runs, in order."""
+    tasks = np.flatnonzero(problem.task_cluster == cluster).tolist()
+    return [(batch, task) for batch in range(problem.batches) for task in tasks]
+
+
+def _reference_timeline(problem: _Problem) -> _Timeline:
+    """Advance time from event to event, settling everything that happens at each instant."""
+    batches, num_tasks = problem.batches, len(problem.task_names)
+    num_messages, num_links = len(problem.message_src), len(problem.link_bandwidth)
+    bandwidth = problem.link_bandwidth.tolist()
+    cycles = problem.task_cycles.tolist()
+    nbytes = problem.message_bytes.tolist()
+    offsets = problem.route_offsets.tolist()
+    links = problem.route_links.tolist()
+    routes = [links[offsets[m] : offsets[m + 1]] for m in range(num_messages)]
+    route_latency = [sum(problem.link_latency[route].tolist()) for route in routes]
+    incoming = [np.flatnonzero(problem.message_dst == t).tolist() for t in range(num_tasks)]
+    outgoing = [np.flatnonzero(problem.message_src == t).tolist() for t in range(num_tasks)]
+    sequences = [_cluster_sequence(problem, c) for c in range(problem.num_clusters)]
+    rate_model = _max_min_rates if problem.network == "flow" else _unshared_rates
+
+    start = np.full((batches, num_tasks), np.nan)
+    end = np.full((batches, num_tasks), np.nan)
+    arrival = np.full((batches, num_messages), np.nan)
+    position = [0] * problem.num_clusters
+    running: dict[int, tuple[int, int]] = {}  # cluster -> (batch, task)
+    remaining: dict[tuple[int, int], float] = {}  # (batch, message) -> bytes left to send
+    sent_at: dict[tuple[int, int], float] = {}
+    arrivals_due: dict[tuple[int, int], float] = {}
+    occupancy: list[list[tuple[float, float]]] = [[] for _ in range(num_links)]
+    now = 0.0
+    while True:
+        changed = True
+        while changed:
+            changed = False
+            for cluster, (batch, task) in list(running.items()):
+                if end[batch, task] <= now:
+                    del running[cluster]
+                    changed = True
+                    for m in outgoing[task]:
+                        if routes[m]:
+                            remaining[batch, m] = nbytes[m]
+                            sent_at[batch, m] = now
+                        else:
+                            arrivals_due[batch, m] = now
+            for (batch, m), left in list(remaining.items()):
+                if left <= _DONE_FRACTION * nbytes[m]:
+                    del remaining[batch, m]
+                    changed = True
+                    for link in routes[m]:
+                        occupancy[link].append((sent_at[batch, m], now))
+                    arrivals_due[batch, m] = now + route_latency[m]
+            for (batch, m), due in list(arrivals_due.items()):
+                if due <= now:
+                    del arrivals_due[batch, m]
+                    changed = True
+                    arrival[batch, m] = due
+            for cluster, sequence in enumerate(sequences):
+                if cluster in running or position[cluster] == len(sequence):
+                    continue
+                batch, task = sequence[position[cluster]]
+                if all(not np.isnan(arrival[batch, m]) for m in incoming[task]):
+                    start[batch, task] = now
+                    end[batch, task] = now + cycles[task]
+                    running[cluster] = (batch, task)
+                    position[cluster] += 1
+                    changed = True
+
+        rates = rate_model([routes[m] for _, m in remaining], bandwidth)
+        finish = [now + left / rate for left, rate in zip(remaining.values(), rates, strict=True)]
+        candidates = [end[b, t] for b, t in running.values()] + list(arrivals_due.values()) + finish
+        if not candidates:
+            break
+        next_time = min(candidates)
+        for key, rate, done in zip(list(remaining), rates, finish, strict=True):
+            remaining[key] = 0.0 if done <= next_time else remaining[key] - rate * (next_time - now)
+        now = next_time
+
+    link_busy = np.array([_union_length(intervals) for intervals in occupancy], dtype=np.float64)
+    return _Timeline(start, end, arrival, link_busy)
+
+
+def _unshared_rates(routes: list[list[int]], bandwidth: list[float]) -> list[float]:
+    """Analytical model: every message gets its route's slowest link to itself."""
+    return [min(bandwidth[link] for link in route) for route in routes]
+
+
+def _max_min_rates(routes: list[list[int]], bandwidth: list[float]) -> list[float]:
+    """Max-min fair rates by progressive filling: the link with the smallest fair share fixes the
+    rate of its unfixed flows, which then leave their bandwidth off every link they cross."""
+    rates: list[float | None] = [None] * len(routes)
+    capacity = {link: bandwidth[link] for route in routes for link in route}
+    while any(rate is None for rate in rates):
+        users = {link: 0 for link in capacity}
+        for route, rate in zip(routes, rates, strict=True):
+            if rate is None:
+                for link in route:
+                    users[link] += 1
+        share, bottleneck = min((capacity[link] / n, link) for link, n in users.items() if n > 0)
+        for flow, route in enumerate(routes):
+            if rates[flow] is None and bottleneck in route:
+                rates[flow] = share
+                for link in route:
+                    capacity[link] -= share
+    return rates
+
+
+def _union_length(intervals: list[tuple[float, float]]) -> float:
+    total, covered_until = 0.0, -math.inf
+    for begin, finish in sorted(intervals):
+        if finish > covered_until:
+            total += finish - max(begin, covered_until)
+            covered_until = finish
+    return total

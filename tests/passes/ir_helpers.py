@@ -1,0 +1,22 @@
+"""Shared IR fixtures for per-pass tests."""
+
+import tvm
+from tvm import relax
+
+
+def strip_call_attrs(mod: tvm.IRModule) -> tvm.IRModule:
+    """The module with every call's attributes dropped (TVMScript cannot print call attrs)."""
+
+    @relax.expr_functor.mutator
+    class _Strip(relax.PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if call.attrs is None:
+                return call
+            return relax.Call(call.op, call.args, None, call.ty_args, ret_ty=call.ty)
+
+    out = mod.clone()
+    for gvar, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            out.update_func(gvar, _Strip().visit_expr(func))
+    return out

@@ -1,0 +1,63 @@
+import itertools
+
+import numpy as np
+import pytest
+
+from tvm_chiplet.passes.planners import PipelinePlanner, PlanningError, min_bottleneck_partition
+
+
+def brute_force(costs, boundary, max_stages):
+    n, k = costs.shape
+    best = (np.inf, None)
+    for stages in range(1, min(n, k, max_stages) + 1):
+        for cuts in itertools.combinations(range(1, n), stages - 1):
+            starts = [0, *cuts]
+            bounds = [*starts, n]
+            worst = max(
+                costs[lo:hi, s].sum() + boundary[s, lo]
+                for s, (lo, hi) in enumerate(itertools.pairwise(bounds))
+            )
+            if worst < best[0] - 1e-9:
+                best = (worst, starts)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_dp_bottleneck_equals_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    n, k = int(rng.integers(1, 9)), int(rng.integers(1, 5))
+    costs = rng.integers(1, 20, size=(n, k)).astype(float)
+    boundary = rng.integers(0, 10, size=(k, n + 1)).astype(float)
+    boundary[0] = 0
+    max_stages = int(rng.integers(1, k + 1))
+    value, starts = min_bottleneck_partition(costs, boundary, max_stages)
+    expected, _ = brute_force(costs, boundary, max_stages)
+    assert value == pytest.approx(expected)
+    bounds = [*starts, n]
+    recomputed = max(
+        costs[lo:hi, s].sum() + boundary[s, lo]
+        for s, (lo, hi) in enumerate(itertools.pairwise(bounds))
+    )
+    assert recomputed == pytest.approx(value)
+
+
+def test_equal_ops_split_evenly_over_enough_stages():
+    costs = np.ones((8, 4))
+    value, starts = min_bottleneck_partition(costs, np.zeros((4, 9)))
+    assert value == 2 and starts == [0, 2, 4, 6]
+
+
+def test_expensive_boundary_keeps_everything_in_one_stage():
+    costs = np.ones((4, 2))
+    boundary = np.full((2, 5), 100.0)
+    value, starts = min_bottleneck_partition(costs, boundary)
+    assert value == 4 and starts == [0]
+
+
+def test_empty_graph_has_zero_bottleneck():
+    assert min_bottleneck_partition(np.zeros((0, 3)), np.zeros((3, 1))) == (0.0, [0])
+
+
+def test_invalid_stage_limit_is_refused():
+    with pytest.raises(PlanningError, match="max_stages must be >= 1"):
+        PipelinePlanner(max_stages=0)

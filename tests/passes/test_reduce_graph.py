@@ -1,0 +1,77 @@
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+from tvm.script import ir as I
+from tvm.script import relax as R
+
+from tvm_chiplet.passes import ReduceGraph
+from tvm_chiplet.passes.analysis.op_graph import CALL_TIR
+
+
+@I.ir_module
+class Before:
+    @R.function
+    def main(x: R.Tensor((1, 8), "float32"), w: R.Tensor((8, 4), "float32")):
+        with R.dataflow():
+            y = R.matmul(x, w)
+            z = R.nn.relu(y)
+            s = R.add(z, R.const(1.0, "float32"))
+            R.output(s)
+        return s
+
+
+def tvm_fused(mod):
+    with tvm.target.Target("llvm"):
+        return tvm.transform.Sequential([
+            relax.transform.DecomposeOpsForInference(),
+            relax.transform.LegalizeOps(),
+            relax.transform.AnnotateTIROpPattern(),
+            relax.transform.FoldConstant(),
+            relax.transform.FuseOps(),
+            relax.transform.FuseTIR(),
+            relax.transform.DeadCodeElimination(["main"]),
+        ])(mod)
+
+
+def test_result_equals_tvms_own_legalize_and_fuse():
+    tvm.ir.assert_structural_equal(ReduceGraph()(Before), tvm_fused(Before))
+
+
+def test_main_becomes_one_fused_call_tir():
+    bindings = ReduceGraph()(Before)["main"].body.blocks[0].bindings
+    assert len(bindings) == 1
+    assert bindings[0].value.op.same_as(CALL_TIR)
+    assert "matmul" in bindings[0].value.args[0].name_hint
+
+
+def test_without_fusion_each_op_keeps_its_call_tir():
+    bindings = ReduceGraph(fuse=False)(Before)["main"].body.blocks[0].bindings
+    assert len(bindings) == 3
+
+
+def test_reduced_module_is_a_fixed_point():
+    once = ReduceGraph()(Before)
+    tvm.ir.assert_structural_equal(ReduceGraph()(once), once)
+
+
+def test_numerics_are_unchanged():
+    x = np.random.default_rng(0).standard_normal((1, 8)).astype("float32")
+    w = np.random.default_rng(1).standard_normal((8, 4)).astype("float32")
+    outs = []
+    for mod in (Before, ReduceGraph()(Before)):
+        vm = relax.VirtualMachine(tvm.compile(mod, "llvm"), tvm.cpu())
+        outs.append(vm["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(w)).numpy())
+    np.testing.assert_allclose(outs[0], outs[1], rtol=1e-6)
+    np.testing.assert_allclose(outs[0], np.maximum(x @ w, 0) + 1, rtol=1e-5)
+
+
+def test_input_module_is_not_mutated():
+    snapshot = Before.script()
+    ReduceGraph()(Before)
+    assert Before.script() == snapshot
+
+
+def test_unknown_target_is_refused():
+    with pytest.raises(ValueError):
+        ReduceGraph(target="no-such-target")

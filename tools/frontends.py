@@ -1,0 +1,140 @@
+"""Model loading: ONNX files or protos, and Relax IRModules from an existing TVM flow."""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from dataclasses import dataclass
+
+import onnx
+import tvm
+from tvm import relax
+
+
+class ModelLoadError(ValueError):
+    """The model cannot be loaded; the message names the file, node or input and the remedy."""
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+
+
+def parse_input_shapes(text: str | None) -> dict[str, list[int]]:
+    """Parse tvmc-style ``"x:[1,3,224,224] mask:[1,128]"`` (space or comma between inputs)."""
+    if not text:
+        return {}
+    shapes: dict[str, list[int]] = {}
+    pattern = re.compile(r"\s*([^:\s,]+)\s*:\s*\[([^\]]*)\]\s*,?")
+    pos = 0
+    while pos < len(text.strip()):
+        match = pattern.match(text, pos)
+        if not match:
+            raise ModelLoadError(
+                f"cannot parse --input-shapes {text!r} at {text[pos:]!r}; "
+                'expected e.g. "x:[1,3,224,224] y:[1,10]"'
+            )
+        name, dims = match.group(1), match.group(2)
+        try:
+            shapes[name] = [int(d) for d in dims.split(",") if d.strip()]
+        except ValueError:
+            raise ModelLoadError(
+                f"input shape for {name!r} must be integers, got [{dims}]"
+            ) from None
+        if any(d <= 0 for d in shapes[name]):
+            raise ModelLoadError(f"input shape for {name!r} must be positive, got [{dims}]")
+        pos = match.end()
+    return shapes
+
+
+def load_onnx(path_or_model: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
+    """Read an ONNX file with errors that name the file and say what is wrong."""
+    if isinstance(path_or_model, onnx.ModelProto):
+        return path_or_model
+    path = os.fspath(path_or_model)
+    if not os.path.exists(path):
+        raise ModelLoadError(f"model file {path!r} does not exist")
+    if os.path.isdir(path):
+        raise ModelLoadError(f"model path {path!r} is a directory; give an .onnx file")
+    try:
+        model = onnx.load(path)
+    except Exception as err:  # protobuf raises several unrelated types for garbage input
+        raise ModelLoadError(
+            f"{path!r} is not an ONNX model (could not parse it as an ONNX protobuf: {err})"
+        ) from None
+    if not model.graph.node and not model.graph.output:
+        raise ModelLoadError(f"{path!r} is not an ONNX model (it has no graph)")
+    return model
+
+
+def _graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    initializers = {init.name for init in model.graph.initializer}
+    return [i for i in model.graph.input if i.name not in initializers]
+
+
+def onnx_to_relax(
+    model: onnx.ModelProto, input_shapes: dict[str, list[int]] | None = None, source: str = "model"
+) -> tvm.IRModule:
+    """Import an ONNX model into Relax, naming unsupported operators and their nodes."""
+    input_shapes = dict(input_shapes or {})
+    names = [i.name for i in _graph_inputs(model)]
+    unknown = sorted(set(input_shapes) - set(names))
+    if unknown:
+        raise ModelLoadError(
+            f"--input-shapes names {unknown} but {source} has inputs {names}"
+        )
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return relax.frontend.onnx.from_onnx(model, shape_dict=input_shapes or None)
+    except tvm.error.OpNotImplemented as err:
+        missing = re.findall(r"ONNX: (.*)$", str(err).splitlines()[0])
+        ops = [op.strip() for op in missing[0].split(",")] if missing else []
+        nodes = [f"{n.name or '<unnamed>'} ({n.op_type})" for n in model.graph.node
+                 if n.op_type in ops]
+        raise ModelLoadError(
+            f"{source} uses operator(s) {', '.join(ops) or '?'} that TVM's ONNX importer does not "
+            f"support, at node(s) {', '.join(nodes[:10])}; replace them or export with another "
+            "opset"
+        ) from None
+    except Exception as err:
+        first = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        raise ModelLoadError(f"TVM could not import {source}: {first}") from None
+
+
+def load_model(
+    model: str | os.PathLike | onnx.ModelProto | tvm.IRModule,
+    input_shapes: dict[str, list[int]] | None = None,
+) -> tvm.IRModule:
+    """Load an ONNX file / proto or pass a Relax IRModule through, as an IRModule with ``main``."""
+    if isinstance(model, tvm.IRModule):
+        if "main" not in [gv.name_hint for gv in model.get_global_vars()]:
+            raise ModelLoadError("the IRModule has no 'main' function to compile")
+        return model
+    source = repr(os.fspath(model)) if not isinstance(model, onnx.ModelProto) else "the model"
+    return onnx_to_relax(load_onnx(model), input_shapes, source)
+
+
+def input_specs(mod: tvm.IRModule) -> list[InputSpec]:
+    """Name, static shape and dtype of each parameter of ``main``."""
+    specs = []
+    for param in mod["main"].params:
+        ty = param.ty
+        if not isinstance(ty, relax.TensorType) or not hasattr(ty.shape, "values"):
+            raise ModelLoadError(f"input {param.name!r} is not a tensor with a known shape ({ty})")
+        dims = []
+        for dim in ty.shape.values:
+            if not isinstance(dim, tvm.tirx.IntImm):
+                raise ModelLoadError(
+                    f"input {param.name!r} has a symbolic dimension {dim}; give its shape with "
+                    f'--input-shapes "{param.name}:[...]"'
+                )
+            dims.append(int(dim))
+        specs.append(InputSpec(param.name, tuple(dims), str(ty.dtype)))
+    return specs

@@ -1,0 +1,200 @@
+"""tvmc: the Relax-era command line with the chiplet target (compile, run, targets, model)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+
+def _target_options(args: argparse.Namespace) -> dict[str, str]:
+    options = {}
+    if args.target_chiplet_strategy:
+        options["strategy"] = args.target_chiplet_strategy
+    if args.target_chiplet_config:
+        options["config"] = args.target_chiplet_config
+    return options
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from tvm_chiplet.targets.lower import build
+    from tvm_chiplet.targets.target import parse_target
+    from tvm_chiplet.tools.frontends import parse_input_shapes
+
+    target = parse_target(args.target, _target_options(args))
+    module = build(
+        args.model, target=target, input_shapes=parse_input_shapes(args.input_shapes),
+        pipeline=args.pipeline,
+    )
+    module.export_library(args.output)
+    plan = module.plan
+    print(
+        f"compiled {args.model} for {target.system.name} with strategy {plan['strategy']}: "
+        f"{len(plan['tasks'])} ops in {len(plan['segments'])} segments on "
+        f"{len(plan['clusters_used'])} clusters, {len(plan['transfers'])} transfers "
+        f"-> {args.output}"
+    )
+    return 0
+
+
+def _load_inputs(args: argparse.Namespace, specs) -> dict[str, np.ndarray]:
+    if args.inputs:
+        if not os.path.isfile(args.inputs):
+            raise ValueError(f"inputs file {args.inputs!r} does not exist")
+        try:
+            with np.load(args.inputs) as data:
+                return {name: data[name] for name in data.files}
+        except (OSError, ValueError) as err:
+            raise ValueError(f"inputs file {args.inputs!r} is not a readable .npz: {err}") from None
+    rng = np.random.default_rng(args.seed)
+    inputs = {}
+    for spec in specs:
+        if args.fill_mode == "zeros":
+            inputs[spec.name] = np.zeros(spec.shape, spec.dtype)
+        elif args.fill_mode == "ones":
+            inputs[spec.name] = np.ones(spec.shape, spec.dtype)
+        elif np.issubdtype(np.dtype(spec.dtype), np.integer):
+            inputs[spec.name] = rng.integers(0, 100, spec.shape).astype(spec.dtype)
+        else:
+            inputs[spec.name] = rng.standard_normal(spec.shape).astype(spec.dtype)
+    return inputs
+
+
+def _write_atomic(path: str, write) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory, suffix=os.path.splitext(path)[1])
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from tvm_chiplet.runtime.artifact import load_module
+    from tvm_chiplet.runtime.profile import format_table, profile_report, simulate_plan
+
+    module = load_module(args.artifact)
+    inputs = _load_inputs(args, module.input_specs)
+    execution = module.run(inputs)
+    sim = simulate_plan(module.plan, module.system, batches=args.batches, network=args.network)
+    report = profile_report(module.plan, module.system, sim, execution)
+    if args.outputs:
+        _write_atomic(
+            args.outputs,
+            lambda tmp: np.savez(
+                tmp, **{f"output_{i}": out for i, out in enumerate(execution.outputs)}
+            ),
+        )
+    if args.profile_json:
+        _write_atomic(
+            args.profile_json,
+            lambda tmp: Path(tmp).write_text(json.dumps(report, indent=1)),
+        )
+    if args.print_time:
+        print(format_table(report))
+    if not args.outputs:
+        for i, out in enumerate(execution.outputs):
+            print(f"output_{i}: shape {list(out.shape)} {out.dtype}, "
+                  f"mean {float(np.mean(out)):.6g}, std {float(np.std(out)):.6g}")
+    return 0
+
+
+def cmd_targets(_args: argparse.Namespace) -> int:
+    from tvm_chiplet.targets.system import list_presets
+
+    for name, summary in list_presets():
+        print(f"chiplet/{name:<12} {summary}")
+    return 0
+
+
+def cmd_model(args: argparse.Namespace) -> int:
+    import onnx
+
+    from tvm_chiplet.tools.models import get_model
+
+    kwargs = {}
+    for item in args.option or []:
+        key, _, value = item.partition("=")
+        if not value:
+            raise ValueError(f"--option expects key=value, got {item!r}")
+        kwargs[key] = int(value) if value.lstrip("-").isdigit() else float(value)
+    model = get_model(args.name, **kwargs)
+    _write_atomic(args.output, lambda tmp: onnx.save(model, tmp))
+    print(f"wrote {args.name} to {args.output}")
+    return 0
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tvmc", description="TVM compiler driver with the chiplet target (tvm-chiplet)"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    comp = sub.add_parser("compile", help="compile a model into a chiplet artifact (.tar)")
+    comp.add_argument("model", help="ONNX model file")
+    comp.add_argument("--target", required=True,
+                      help='"chiplet/<preset>" or "chiplet -config=my.toml"')
+    comp.add_argument("--target-chiplet-strategy", help="placement strategy (default pipeline)")
+    comp.add_argument("--target-chiplet-config", help="chiplet system TOML file")
+    comp.add_argument("--input-shapes", help='e.g. "x:[1,3,224,224]"')
+    comp.add_argument("--pipeline", default="chiplet-default", help="named pass pipeline")
+    comp.add_argument("-o", "--output", default="module.tar", help="artifact path")
+    comp.set_defaults(func=cmd_compile)
+
+    run = sub.add_parser("run", help="run an artifact: host numerics + simulated device time")
+    run.add_argument("artifact")
+    run.add_argument("--inputs", help=".npz with one array per model input")
+    run.add_argument("--fill-mode", choices=["zeros", "ones", "random"], default="random",
+                     help="inputs to make when --inputs is not given")
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--outputs", help="write outputs to this .npz")
+    run.add_argument("--print-time", action="store_true", help="print the per-cluster table")
+    run.add_argument("--profile-json", help="write the full profile as JSON")
+    run.add_argument("--batches", type=int, default=1, help="pipelined inputs to simulate")
+    run.add_argument("--network", default="flow", help="network model: analytical or flow")
+    run.set_defaults(func=cmd_run)
+
+    targets = sub.add_parser("targets", help="list chiplet presets")
+    targets.set_defaults(func=cmd_targets)
+
+    model = sub.add_parser("model", help="write a bundled model generator's ONNX file")
+    model.add_argument("name")
+    model.add_argument("-o", "--output", required=True)
+    model.add_argument("--option", action="append", help="generator option key=value")
+    model.set_defaults(func=cmd_model)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print("tvmc: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except (ValueError, OSError, KeyError) as err:
+        print(f"tvmc {args.command}: error: {err}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except Exception as err:  # a TVM internal error: show one line, not TVM's traceback
+        lines = [line for line in str(err).strip().splitlines() if line.strip()]
+        print(
+            f"tvmc {args.command}: error: {type(err).__name__}: {lines[-1] if lines else err} "
+            "(set TVM_BACKTRACE=1 for details)", file=sys.stderr,
+        )
+        return EXIT_USER_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""tvm-chiplet: compile DNNs with Apache TVM for chiplet / multi-cluster accelerators."""
