@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from importlib import metadata as importlib_metadata
 
 import tvm
+import tvm_ffi
 from tvm import relax
 
 from tvm_chiplet.targets.system import ChipletSystem
@@ -21,6 +22,7 @@ FORMAT_VERSION = 1
 MEMBERS = ("lib.so", "plan.json", "system.json")
 
 
+@tvm_ffi.register_error
 class ArtifactError(ValueError):
     """An artifact is missing, truncated, tampered with or from an incompatible version."""
 

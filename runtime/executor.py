@@ -9,8 +9,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import tvm
+import tvm_ffi
 
 
+@tvm_ffi.register_error
 class InputError(ValueError):
     """Run inputs do not match the compiled model's input specs."""
 

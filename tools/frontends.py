@@ -9,9 +9,12 @@ from dataclasses import dataclass
 
 import onnx
 import tvm
+import tvm_ffi
 from tvm import relax
+from tvm.relax.frontend.onnx import from_onnx
 
 
+@tvm_ffi.register_error
 class ModelLoadError(ValueError):
     """The model cannot be loaded; the message names the file, node or input and the remedy."""
 
@@ -92,7 +95,7 @@ def onnx_to_relax(
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return relax.frontend.onnx.from_onnx(model, shape_dict=input_shapes or None)
+            return from_onnx(model, shape_dict=input_shapes or None)
     except tvm.error.OpNotImplemented as err:
         missing = re.findall(r"ONNX: (.*)$", str(err).splitlines()[0])
         ops = [op.strip() for op in missing[0].split(",")] if missing else []

@@ -6,6 +6,7 @@ import math
 
 import networkx as nx
 import tvm
+import tvm_ffi
 from tvm import relax
 
 from tvm_chiplet.passes.analysis.graph import OpGraph, OpNode
@@ -13,6 +14,7 @@ from tvm_chiplet.passes.analysis.graph import OpGraph, OpNode
 CALL_TIR = tvm.ir.Op.get("relax.call_tir")
 
 
+@tvm_ffi.register_error
 class AnalysisError(ValueError):
     """The module does not have the form an analysis needs."""
 

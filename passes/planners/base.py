@@ -23,11 +23,19 @@ class PlanningProblem:
     topology: Topology
 
     def __post_init__(self) -> None:
+        self.op_cycles = self._cycles(weights_resident=True)
+        self.op_cycles_streamed = self._cycles(weights_resident=False)
+
+    def _cycles(self, weights_resident: bool) -> np.ndarray:
+        """``[op, cluster]`` cycles from the shared cost model (plumbing ops cost nothing)."""
         clusters = self.system.clusters
-        self.op_cycles = np.array(
+        return np.array(
             [
                 [
-                    cost_model.op_cycles(op.flops, op.bytes_moved, op.weight_bytes, c, self.system)
+                    cost_model.op_cycles(
+                        op.flops, op.bytes_moved, op.weight_bytes, c, self.system,
+                        weights_resident=weights_resident,
+                    )
                     if op.is_compute
                     else 0.0
                     for c in clusters

@@ -11,7 +11,12 @@ from tvm_chiplet.passes.planners.placement import Placement, PlanningError
 
 
 def min_bottleneck_partition(
-    stage_costs: np.ndarray, boundary_costs: np.ndarray, max_stages: int | None = None
+    stage_costs: np.ndarray,
+    boundary_costs: np.ndarray,
+    max_stages: int | None = None,
+    streamed_costs: np.ndarray | None = None,
+    weight_bytes: np.ndarray | None = None,
+    capacity: np.ndarray | None = None,
 ) -> tuple[float, list[int]]:
     """Split ops ``0..n-1`` into contiguous stages minimising the most expensive stage.
 
@@ -25,9 +30,14 @@ def min_bottleneck_partition(
     stage_costs : ndarray, shape (n, K)
         ``stage_costs[i, k]``: cost of op ``i`` on resource ``k``.
     boundary_costs : ndarray, shape (K, n + 1)
-        Receive cost of stage ``k`` when it starts at op ``i``.
+        Receive cost of stage ``k`` when it starts at op ``i`` (row 0 is ignored: the first
+        stage receives only model inputs).
     max_stages : int, optional
         Use at most this many of the ``K`` resources (default all).
+    streamed_costs, weight_bytes, capacity : ndarray, optional
+        Memory-aware costs: a stage whose ops' ``weight_bytes`` (shape ``(n,)``) exceed the
+        resource's ``capacity[k]`` pays ``streamed_costs`` (shape ``(n, K)``, weights streamed
+        from DRAM) instead of ``stage_costs``.
 
     Returns
     -------
@@ -39,17 +49,32 @@ def min_bottleneck_partition(
     if n == 0:
         return 0.0, [0]
     k_max = min(num_resources, n, max_stages or num_resources)
-    prefix = np.vstack([np.zeros(num_resources), np.cumsum(stage_costs, axis=0)])
+    def prefix_sums(costs: np.ndarray) -> np.ndarray:
+        return np.vstack([np.zeros(num_resources), np.cumsum(costs, axis=0)])
+
+    prefix = prefix_sums(stage_costs)
+    memory_aware = streamed_costs is not None
+    if memory_aware:
+        streamed = prefix_sums(streamed_costs)
+        weights = np.concatenate([[0.0], np.cumsum(weight_bytes)])
+
+    def stage_cost(k: int, starts: np.ndarray, j: int) -> np.ndarray:
+        cost = prefix[j, k] - prefix[starts, k]
+        if memory_aware:
+            spills = weights[j] - weights[starts] > capacity[k]
+            cost = np.where(spills, streamed[j, k] - streamed[starts, k], cost)
+        return cost + boundary_costs[k, starts] if k > 0 else cost
+
     inf = np.inf
     # best[k][j]: optimal bottleneck of ops 0..j-1 in exactly k+1 stages;
     # arg[k][j]: first op of stage k in that optimum.
     best = np.full((k_max, n + 1), inf)
     arg = np.zeros((k_max, n + 1), dtype=np.int64)
-    best[0, 1:] = prefix[1:, 0] - prefix[0, 0]
+    best[0, 1:] = [stage_cost(0, np.array([0]), j)[0] for j in range(1, n + 1)]
     for k in range(1, k_max):
         for j in range(k + 1, n + 1):
             starts = np.arange(k, j)
-            stage = prefix[j, k] - prefix[starts, k] + boundary_costs[k, starts]
+            stage = stage_cost(k, starts, j)
             candidates = np.maximum(best[k - 1, starts], stage)
             pick = int(np.argmin(candidates))
             best[k, j], arg[k, j] = candidates[pick], starts[pick]
@@ -68,7 +93,9 @@ class PipelinePlanner:
     The ops of the reduced ``main`` keep their order; each stage is a run of consecutive ops on
     one cluster, and consecutive stages sit on neighbouring clusters so stage-to-stage traffic
     crosses few hops. The split minimises the bottleneck stage (compute cycles plus the cycles to
-    receive the values crossing its input cut), which maximises steady-state throughput.
+    receive the values crossing its input cut), which maximises steady-state throughput. A stage
+    whose weights do not fit its cluster's SRAM is costed with weights streamed from DRAM, as
+    the simulator will run it.
 
     Parameters
     ----------
@@ -88,13 +115,18 @@ class PipelinePlanner:
         graph = problem.graph
         n = len(graph.ops)
         stage_costs = problem.op_cycles[:, order]
+        streamed_costs = problem.op_cycles_streamed[:, order]
+        weights = np.array([op.weight_bytes for op in graph.ops], dtype=np.float64)
+        capacity = np.array([problem.system.clusters[c].sram_bytes for c in order], dtype=float)
         cut = graph.cut_bytes()
         boundary = np.zeros((len(order), n + 1))
         for k in range(1, len(order)):
             boundary[k] = [
                 problem.transfer_cycles(nbytes, order[k - 1], order[k]) for nbytes in cut
             ]
-        bottleneck, starts = min_bottleneck_partition(stage_costs, boundary, self.max_stages)
+        bottleneck, starts = min_bottleneck_partition(
+            stage_costs, boundary, self.max_stages, streamed_costs, weights, capacity
+        )
         bounds = [*starts, n]
         op_stage = [0] * n
         for stage, (lo, hi) in enumerate(itertools.pairwise(bounds)):

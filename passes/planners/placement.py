@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import tvm_ffi
 
+
+@tvm_ffi.register_error
 class PlanningError(ValueError):
     """A strategy cannot place this model on this system."""
 

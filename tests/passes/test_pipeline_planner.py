@@ -61,3 +61,16 @@ def test_empty_graph_has_zero_bottleneck():
 def test_invalid_stage_limit_is_refused():
     with pytest.raises(PlanningError, match="max_stages must be >= 1"):
         PipelinePlanner(max_stages=0)
+
+
+def test_stage_whose_weights_overflow_sram_pays_streaming():
+    costs = np.ones((4, 2))
+    streamed = np.full((4, 2), 10.0)
+    weights = np.array([3.0, 3.0, 3.0, 3.0])
+    capacity = np.array([6.0, 6.0])
+    value, starts = min_bottleneck_partition(
+        costs, np.zeros((2, 5)), None, streamed, weights, capacity
+    )
+    assert (value, starts) == (2.0, [0, 2])
+    value, _ = min_bottleneck_partition(costs, np.zeros((2, 5)), 1, streamed, weights, capacity)
+    assert value == 40.0

