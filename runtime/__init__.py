@@ -1,0 +1,1 @@
+"""Running compiled artifacts: host execution per cluster and the simulated device."""

@@ -1,0 +1,157 @@
+"""Bad input at the command line: a clear message, exit code 2, no traceback, no partial file."""
+
+import io
+import json
+import tarfile
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from tvm_chiplet.tools import models
+from tvm_chiplet.tools.tvmc import main
+
+
+def run_cli(argv, capsys):
+    code = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    return code, captured.err
+
+
+@pytest.fixture(scope="module")
+def cnn(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cnn")
+    model = models.get_model("small-cnn")
+    path = root / "cnn.onnx"
+    onnx.save(model, path)
+    artifact = root / "cnn.tar"
+    assert main(["compile", str(path), "--target", "chiplet/cluster-4", "-o", str(artifact)]) == 0
+    return path, artifact, models.example_inputs(model)
+
+
+def leftovers(directory):
+    return sorted(p.name for p in directory.iterdir() if p.name.startswith(".tmp-"))
+
+
+def test_missing_model_file(tmp_path, capsys):
+    code, err = run_cli(["compile", tmp_path / "nope.onnx", "--target", "chiplet/mesh-4x4",
+                         "-o", tmp_path / "m.tar"], capsys)
+    assert code == 2 and "nope.onnx" in err and "does not exist" in err
+    assert not (tmp_path / "m.tar").exists()
+
+
+def test_file_that_is_not_onnx(tmp_path, capsys):
+    bogus = tmp_path / "model.onnx"
+    bogus.write_bytes(b"\x00\xffthis is not a protobuf" * 10)
+    code, err = run_cli(["compile", bogus, "--target", "chiplet/mesh-4x4",
+                         "-o", tmp_path / "m.tar"], capsys)
+    assert code == 2 and "model.onnx" in err and "not an ONNX model" in err
+    assert not (tmp_path / "m.tar").exists() and not leftovers(tmp_path)
+
+
+def test_operator_tvm_cannot_import_names_operator_and_node(tmp_path, capsys):
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="relu0"),
+        helper.make_node("FancyUnknownOp", ["a"], ["y"], name="mystery_node"),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )
+    path = tmp_path / "odd.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    code, err = run_cli(["compile", path, "--target", "chiplet/mesh-4x4",
+                         "-o", tmp_path / "m.tar"], capsys)
+    assert code == 2
+    assert "FancyUnknownOp" in err and "mystery_node" in err
+    assert not (tmp_path / "m.tar").exists()
+
+
+def test_unknown_preset_lists_valid_ones(cnn, tmp_path, capsys):
+    code, err = run_cli(["compile", cnn[0], "--target", "chiplet/mesh-9x9",
+                         "-o", tmp_path / "m.tar"], capsys)
+    assert code == 2 and "mesh-9x9" in err
+    for preset in ("cluster-4", "mesh-4x4", "simba-6x6"):
+        assert preset in err
+
+
+def test_malformed_toml_names_file_and_line(cnn, tmp_path, capsys):
+    config = tmp_path / "bad.toml"
+    config.write_text("[system\nname = 'x'\n")
+    code, err = run_cli(["compile", cnn[0], "--target", f"chiplet -config={config}",
+                         "-o", tmp_path / "m.tar"], capsys)
+    assert code == 2 and "bad.toml" in err and "line" in err
+
+
+def test_inconsistent_toml_names_the_field(cnn, tmp_path, capsys):
+    from tvm_chiplet.targets.system import load_system
+
+    preset = load_system("mesh-4x4")
+    text = (preset.source and open(preset.source).read()) or ""
+    assert "macs_per_cycle" in text
+    config = tmp_path / "neg.toml"
+    config.write_text(text.replace("macs_per_cycle = ", "macs_per_cycle = -", 1))
+    code, err = run_cli(["compile", cnn[0], "--target", "chiplet", "--target-chiplet-config",
+                         config, "-o", tmp_path / "m.tar"], capsys)
+    assert code == 2 and "neg.toml" in err and "macs_per_cycle" in err
+
+
+def test_truncated_artifact_is_refused(cnn, tmp_path, capsys):
+    data = cnn[1].read_bytes()
+    cut = tmp_path / "cut.tar"
+    cut.write_bytes(data[: len(data) // 3])
+    code, err = run_cli(["run", cut], capsys)
+    assert code == 2 and "cut.tar" in err
+    assert "truncated" in err or "incomplete" in err or "checksum" in err
+
+
+def test_tampered_artifact_names_the_failed_check(cnn, tmp_path, capsys):
+    members = {}
+    with tarfile.open(cnn[1]) as tar:
+        for name in tar.getnames():
+            members[name] = tar.extractfile(name).read()
+    plan = json.loads(members["plan.json"])
+    plan["strategy"] = "tampered"
+    members["plan.json"] = json.dumps(plan).encode()
+    bad = tmp_path / "bad.tar"
+    with tarfile.open(bad, "w") as tar:
+        for name, payload in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(payload)
+            tar.addfile(info, io.BytesIO(payload))
+    code, err = run_cli(["run", bad], capsys)
+    assert code == 2 and "checksum of plan.json" in err
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        ("name", "expected ['x'], given ['wrong']"),
+        ("shape", "expected shape"),
+        ("dtype", "expected dtype float32, given float64"),
+    ],
+)
+def test_run_inputs_that_do_not_match(cnn, tmp_path, capsys, change, expected):
+    inputs = dict(cnn[2])
+    if change == "name":
+        inputs = {"wrong": inputs["x"]}
+    elif change == "shape":
+        inputs["x"] = inputs["x"][..., :-1]
+    else:
+        inputs["x"] = inputs["x"].astype("float64")
+    path = tmp_path / "in.npz"
+    np.savez(path, **inputs)
+    code, err = run_cli(["run", cnn[1], "--inputs", path, "--outputs", tmp_path / "o.npz"],
+                        capsys)
+    assert code == 2 and expected in err
+    assert not (tmp_path / "o.npz").exists() and not leftovers(tmp_path)
+
+
+def test_failed_export_leaves_no_partial_file(cnn, tmp_path, capsys):
+    target_dir = tmp_path / "missing-dir"
+    code, err = run_cli(["compile", cnn[0], "--target", "chiplet/cluster-4",
+                         "-o", target_dir / "m.tar"], capsys)
+    assert code == 2 and "missing-dir" in err
+    assert not leftovers(tmp_path)
