@@ -1,0 +1,134 @@
+"""The one cost model shared by the planners and the simulator (no TVM).
+
+Units: every result is in **cycles of the system clock** ``system.frequency_hz``; FLOPs count a
+multiply-accumulate as two; bytes are bytes; bandwidths are bytes per cycle; latencies cycles.
+
+Compute (roofline per cluster)::
+
+    op_cycles = max(flops / (2 * macs_per_cycle), bytes_moved / local_bandwidth)
+              + [weights not resident] (weight_bytes / dram_bw + route_latency)
+
+where ``dram_bw`` is the bandwidth of the DRAM controller nearest to the cluster, bounded by the
+narrowest link of the route from that controller to the cluster, and ``route_latency`` is the sum
+of the latencies on that route.
+
+Communication (analytical, no contention)::
+
+    transfer_cycles = sum(latency of each link) + nbytes / min(bandwidth of each link)
+
+and ``0`` for an empty route (producer and consumer on the same cluster).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+
+from tvm_chiplet.targets.system import ChipletSystem, Cluster
+
+
+def _check_non_negative(**values: float) -> None:
+    for name, value in values.items():
+        if not value >= 0:
+            raise ValueError(f"{name} must be a number >= 0, found {value!r}")
+
+
+def compute_cycles(flops: float, bytes_moved: float, cluster: Cluster) -> float:
+    """Roofline cycles of an op on ``cluster`` with its operands in local SRAM."""
+    _check_non_negative(flops=flops, bytes_moved=bytes_moved)
+    return max(flops / (2.0 * cluster.macs_per_cycle), bytes_moved / cluster.local_bandwidth)
+
+
+def dram_fetch_cycles(nbytes: float, cluster: Cluster, system: ChipletSystem) -> float:
+    """Cycles to stream ``nbytes`` from the nearest DRAM controller into ``cluster``.
+
+    ``nbytes / min(controller bandwidth, narrowest link on the route) + route latency``; zero
+    bytes cost nothing.
+    """
+    _check_non_negative(nbytes=nbytes)
+    if nbytes == 0:
+        return 0.0
+    topology = system.topology
+    dram = topology.nearest_dram(cluster.id)
+    route = topology.route(dram.node, cluster.id)
+    bandwidth = min(dram.bandwidth, topology.route_bandwidth(dram.node, cluster.id))
+    latency = sum(system.links[i].latency for i in route)
+    return nbytes / bandwidth + latency
+
+
+def op_cycles(
+    flops: float,
+    bytes_moved: float,
+    weight_bytes: float,
+    cluster: Cluster,
+    system: ChipletSystem,
+    weights_resident: bool = True,
+) -> float:
+    """Cycles one op takes on ``cluster``.
+
+    Parameters
+    ----------
+    flops : float
+        Floating-point (or integer) operations; a MAC is 2.
+    bytes_moved : float
+        Bytes the op reads and writes in local SRAM (inputs, weights, outputs).
+    weight_bytes : float
+        Bytes of constant weights among them.
+    cluster : Cluster
+        Where the op runs.
+    system : ChipletSystem
+        The system (for DRAM placement and routes).
+    weights_resident : bool
+        ``True`` when the weights already sit in the cluster's SRAM; otherwise they are
+        streamed from the nearest DRAM controller first (see the module docstring).
+
+    Returns
+    -------
+    float
+        Cycles at ``system.frequency_hz``.
+    """
+    cycles = compute_cycles(flops, bytes_moved, cluster)
+    if not weights_resident:
+        cycles += dram_fetch_cycles(weight_bytes, cluster, system)
+    return cycles
+
+
+def transfer_cycles(nbytes: float, route: Sequence[int], system: ChipletSystem) -> float:
+    """Cycles to move ``nbytes`` along ``route`` (link ids): latencies plus serialisation.
+
+    Raises
+    ------
+    ValueError
+        For a negative size or a link id the system does not have.
+    """
+    _check_non_negative(nbytes=nbytes)
+    if not route:
+        return 0.0
+    links = system.links
+    for link_id in route:
+        try:
+            known = 0 <= operator.index(link_id) < len(links)
+        except TypeError:
+            known = False
+        if not known:
+            raise ValueError(
+                f"route {list(route)} names link {link_id!r}, which system {system.name!r} does "
+                f"not have; expected link ids 0..{len(links) - 1} (use Topology.route)"
+            )
+    latency = sum(links[i].latency for i in route)
+    bandwidth = min(links[i].bandwidth for i in route)
+    return latency + nbytes / bandwidth
+
+
+def cycles_to_seconds(cycles: float, system: ChipletSystem) -> float:
+    """Convert cycles of ``system``'s clock to seconds."""
+    return cycles / system.frequency_hz
+
+
+__all__ = [
+    "compute_cycles",
+    "cycles_to_seconds",
+    "dram_fetch_cycles",
+    "op_cycles",
+    "transfer_cycles",
+]

@@ -1,0 +1,510 @@
+"""Routing view of a :class:`~tvm_chiplet.targets.system.ChipletSystem` (networkx, no TVM).
+
+Routing schemes
+---------------
+:class:`Topology` picks one scheme per system, so every route of a system obeys the same rule
+and the routes are consistent (deterministic, one path per ordered pair):
+
+``"xy"`` - hierarchical dimension order, used when the system is an *intact mesh*: chiplets fill
+    the whole rectangle of their bounding box, the gateways (first clusters) of neighbouring
+    chiplets are linked both ways, and in every chiplet the clusters fill a local rectangle with
+    the gateway at its ``(0, 0)`` corner and every local neighbour pair linked both ways. A route
+    goes source cluster -> own gateway (local X then Y), gateway -> gateway over the chiplet grid
+    (X then Y), then gateway -> destination cluster (local X then Y). Deadlock freedom: XY order
+    is acyclic inside each mesh; legs towards a gateway at the local origin only use -X/-Y local
+    channels and legs away from it only +X/+Y channels, so no chain of channel dependencies
+    leads from a package channel back into one, and the whole channel-dependency graph is
+    acyclic without virtual channels. Extra links (e.g. a ring's closing link) stay unused.
+``"torus-xy"`` - the same on a chiplet grid whose rows and/or columns (of length >= 3) also have
+    wrap-around links: each dimension goes the shorter way round (ties go +). As on any torus,
+    deadlock freedom needs two virtual channels with a dateline, which the device provides.
+``"up-down"`` - everything else (irregular grids, faults, rings, explicit link lists): up*/down*
+    routing (Autonet). A spanning BFS tree is rooted at the most central cluster (smallest
+    eccentricity, then smallest id); a link is *up* when it leads to a node of smaller
+    ``(depth, id)``. A legal route takes zero or more up links then zero or more down links, which
+    rules out cyclic channel dependencies. Among the legal routes the one with fewest hops is
+    taken, ties broken by the lexicographically smallest sequence of link ids.
+
+All routes are cached per :class:`Topology`. Builders for synthetic studies:
+:func:`mesh_system` and :func:`torus_system`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import operator
+from collections import deque
+from collections.abc import Iterable
+from typing import Any
+
+import networkx as nx
+
+from tvm_chiplet.targets.system import ChipletSystem, Cluster, Dram, SystemConfigError
+
+ROUTING_SCHEMES = ("xy", "torus-xy", "up-down")
+
+
+class Topology:
+    """Routing tables, orders and cuts of one chiplet system.
+
+    Parameters
+    ----------
+    system : ChipletSystem
+        The system; clusters are the nodes, links the edges.
+
+    Attributes
+    ----------
+    graph : networkx.DiGraph
+        Nodes are cluster ids (attribute ``chiplet``); edges carry ``link`` (the link id, the
+        smallest when parallel links exist), ``kind``, ``bandwidth`` and ``latency``.
+    scheme : str
+        One of :data:`ROUTING_SCHEMES` (see the module docstring).
+    """
+
+    def __init__(self, system: ChipletSystem) -> None:
+        self.system = system
+        self.graph = nx.DiGraph()
+        for cluster in system.clusters:
+            self.graph.add_node(cluster.id, chiplet=cluster.chiplet)
+        self._link_at: dict[tuple[int, int], int] = {}
+        for link in system.links:
+            if (link.src, link.dst) in self._link_at:
+                continue
+            self._link_at[(link.src, link.dst)] = link.id
+            self.graph.add_edge(
+                link.src,
+                link.dst,
+                link=link.id,
+                kind=link.kind,
+                bandwidth=link.bandwidth,
+                latency=link.latency,
+            )
+        self._out_links: dict[int, list[int]] = {c.id: [] for c in system.clusters}
+        for link in system.links:
+            self._out_links[link.src].append(link.id)
+        xs = [c.x for c in system.chiplets]
+        ys = [c.y for c in system.chiplets]
+        self._x0, self._y0 = min(xs), min(ys)
+        self.cols = max(xs) - self._x0 + 1
+        self.rows = max(ys) - self._y0 + 1
+        self._chiplet_at = {(c.x - self._x0, c.y - self._y0): c.id for c in system.chiplets}
+        self._wrap_x = self._wrap_y = False
+        self.scheme = self._choose_scheme()
+        self._routes: dict[tuple[int, int], tuple[int, ...]] = {}
+        self._updown_rank: dict[int, tuple[int, int]] = {}
+        self._updown_dist: dict[int, dict[tuple[int, int], int]] = {}
+        if self.scheme == "up-down":
+            self._updown_rank = self._rank_nodes()
+
+    # ------------------------------------------------------------------ scheme selection
+    def _linked_both_ways(self, a: int, b: int) -> bool:
+        return (a, b) in self._link_at and (b, a) in self._link_at
+
+    def _choose_scheme(self) -> str:
+        system = self.system
+        if len(self._chiplet_at) != self.rows * self.cols:
+            return "up-down"
+        gateway = {cid: system.chiplets[cid].gateway for cid in self._chiplet_at.values()}
+        for (x, y), cid in self._chiplet_at.items():
+            for nx_, ny_ in ((x + 1, y), (x, y + 1)):
+                other = self._chiplet_at.get((nx_, ny_))
+                if other is not None and not self._linked_both_ways(gateway[cid], gateway[other]):
+                    return "up-down"
+        for chiplet in system.chiplets:
+            members = [system.clusters[i] for i in chiplet.clusters]
+            at = {(c.lx, c.ly): c.id for c in members}
+            width = max(c.lx for c in members) + 1
+            height = max(c.ly for c in members) + 1
+            if len(at) != width * height or at.get((0, 0)) != chiplet.gateway:
+                return "up-down"
+            for (lx, ly), node in at.items():
+                for pos in ((lx + 1, ly), (lx, ly + 1)):
+                    if pos in at and not self._linked_both_ways(node, at[pos]):
+                        return "up-down"
+
+        def wraps(length: int, ends: Iterable[tuple[tuple[int, int], tuple[int, int]]]) -> bool:
+            return length >= 3 and all(
+                self._linked_both_ways(gateway[self._chiplet_at[a]], gateway[self._chiplet_at[b]])
+                for a, b in ends
+            )
+
+        self._wrap_x = wraps(self.cols, (((self.cols - 1, y), (0, y)) for y in range(self.rows)))
+        self._wrap_y = wraps(self.rows, (((x, self.rows - 1), (x, 0)) for x in range(self.cols)))
+        return "torus-xy" if (self._wrap_x or self._wrap_y) else "xy"
+
+    # ------------------------------------------------------------------ routes
+    def route(self, src: int, dst: int) -> list[int]:
+        """Link ids from cluster ``src`` to cluster ``dst`` (empty when equal)."""
+        key = (self._node(src), self._node(dst))
+        if key not in self._routes:
+            src, dst = key
+            if src == dst:
+                path: tuple[int, ...] = ()
+            elif self.scheme == "up-down":
+                path = self._updown_route(src, dst)
+            else:
+                path = self._dor_route(src, dst)
+            self._routes[key] = path
+        return list(self._routes[key])
+
+    def hops(self, src: int, dst: int) -> int:
+        """Number of links on the route from ``src`` to ``dst``."""
+        return len(self.route(src, dst))
+
+    def route_latency(self, src: int, dst: int) -> float:
+        """Sum of link latencies (cycles) on the route from ``src`` to ``dst``."""
+        return sum(self.system.links[i].latency for i in self.route(src, dst))
+
+    def route_bandwidth(self, src: int, dst: int) -> float:
+        """Narrowest link bandwidth (bytes/cycle) on the route; ``inf`` for ``src == dst``."""
+        route = self.route(src, dst)
+        return min((self.system.links[i].bandwidth for i in route), default=math.inf)
+
+    def route_nodes(self, src: int, dst: int) -> list[int]:
+        """Cluster ids visited by the route, both ends included."""
+        return [src, *(self.system.links[i].dst for i in self.route(src, dst))]
+
+    def _node(self, node: int) -> int:
+        """``node`` as a plain int, checked against the system's cluster ids."""
+        try:
+            index = operator.index(node)
+        except TypeError:
+            index = -1
+        if not 0 <= index < self.system.num_clusters:
+            raise ValueError(
+                f"cluster id {node!r} is not in system {self.system.name!r}; expected an "
+                f"integer 0..{self.system.num_clusters - 1}"
+            )
+        return index
+
+    def _walk(self, nodes: list[int]) -> list[int]:
+        return [self._link_at[(a, b)] for a, b in itertools.pairwise(nodes)]
+
+    def _local_path(self, src: Cluster, dst: Cluster) -> list[int]:
+        """Local XY node sequence between two clusters of one chiplet."""
+        members = self.system.chiplets[src.chiplet].clusters
+        at = {(self.system.clusters[i].lx, self.system.clusters[i].ly): i for i in members}
+        x, y = src.lx, src.ly
+        nodes = [src.id]
+        while x != dst.lx:
+            x += 1 if dst.lx > x else -1
+            nodes.append(at[(x, y)])
+        while y != dst.ly:
+            y += 1 if dst.ly > y else -1
+            nodes.append(at[(x, y)])
+        return nodes
+
+    def _steps(self, start: int, end: int, length: int, wrap: bool) -> list[int]:
+        """Coordinates visited going from ``start`` to ``end`` along one grid dimension."""
+        if start == end:
+            return []
+        if wrap:
+            forward = (end - start) % length
+            step = 1 if forward <= length - forward else -1
+        else:
+            step = 1 if end > start else -1
+        coords, pos = [], start
+        while pos != end:
+            pos = (pos + step) % length
+            coords.append(pos)
+        return coords
+
+    def _dor_route(self, src: int, dst: int) -> tuple[int, ...]:
+        system = self.system
+        a, b = system.clusters[src], system.clusters[dst]
+        if a.chiplet == b.chiplet:
+            return tuple(self._walk(self._local_path(a, b)))
+        ca, cb = system.chiplets[a.chiplet], system.chiplets[b.chiplet]
+        gate_a, gate_b = system.clusters[ca.gateway], system.clusters[cb.gateway]
+        nodes = self._local_path(a, gate_a)
+        sx, sy = ca.x - self._x0, ca.y - self._y0
+        tx, ty = cb.x - self._x0, cb.y - self._y0
+        for x in self._steps(sx, tx, self.cols, self._wrap_x):
+            nodes.append(system.chiplets[self._chiplet_at[(x, sy)]].gateway)
+        for y in self._steps(sy, ty, self.rows, self._wrap_y):
+            nodes.append(system.chiplets[self._chiplet_at[(tx, y)]].gateway)
+        nodes.extend(self._local_path(gate_b, b)[1:])
+        return tuple(self._walk(nodes))
+
+    # ------------------------------------------------------------------ up*/down*
+    def _bfs(self, root: int) -> dict[int, int]:
+        depth = {root: 0}
+        queue = deque([root])
+        while queue:
+            node = queue.popleft()
+            for nxt in sorted(self.graph.successors(node)):
+                if nxt not in depth:
+                    depth[nxt] = depth[node] + 1
+                    queue.append(nxt)
+        return depth
+
+    def _rank_nodes(self) -> dict[int, tuple[int, int]]:
+        nodes = sorted(self.graph.nodes)
+        root = min(nodes, key=lambda n: (max(self._bfs(n).values()), n))
+        depth = self._bfs(root)
+        return {n: (depth[n], n) for n in nodes}
+
+    def is_up_link(self, link_id: int) -> bool:
+        """Whether link ``link_id`` goes *up* the up*/down* order (``"up-down"`` scheme only)."""
+        if self.scheme != "up-down":
+            raise ValueError(
+                f"system {self.system.name!r} routes with {self.scheme!r}; up/down link "
+                f"directions exist only under the 'up-down' scheme"
+            )
+        return self._is_up(link_id)
+
+    def _is_up(self, link_id: int) -> bool:
+        link = self.system.links[link_id]
+        return self._updown_rank[link.dst] < self._updown_rank[link.src]
+
+    def _updown_distances(self, dst: int) -> dict[tuple[int, int], int]:
+        """Fewest legal hops from every ``(node, phase)`` state to ``dst``.
+
+        Phase 0 may still go up; phase 1 has gone down and may only go down.
+        """
+        if dst in self._updown_dist:
+            return self._updown_dist[dst]
+        incoming: dict[int, list[int]] = {n: [] for n in self.graph.nodes}
+        for link in self.system.links:
+            incoming[link.dst].append(link.id)
+        dist = {(dst, 0): 0, (dst, 1): 0}
+        queue = deque([(dst, 0), (dst, 1)])
+        while queue:
+            node, phase = queue.popleft()
+            for link_id in incoming[node]:
+                src = self.system.links[link_id].src
+                # Forward moves: (u, 0) -up-> (v, 0); (u, 0) or (u, 1) -down-> (v, 1).
+                if self._is_up(link_id):
+                    sources = [(src, 0)] if phase == 0 else []
+                else:
+                    sources = [(src, 0), (src, 1)] if phase == 1 else []
+                for state in sources:
+                    if state not in dist:
+                        dist[state] = dist[(node, phase)] + 1
+                        queue.append(state)
+        self._updown_dist[dst] = dist
+        return dist
+
+    def _updown_route(self, src: int, dst: int) -> tuple[int, ...]:
+        dist = self._updown_distances(dst)
+        state = (src, 0)
+        if state not in dist:
+            raise SystemConfigError(
+                f"{self.system.source}: no up*/down* route from "
+                f"{self.system.clusters[src].name!r} to {self.system.clusters[dst].name!r}; "
+                f"expected a strongly connected system with links in both directions"
+            )
+        route = []
+        while state[0] != dst:
+            node, phase = state
+            for link_id in self._out_links[node]:
+                up = self._is_up(link_id)
+                if up and phase == 1:
+                    continue
+                nxt = (self.system.links[link_id].dst, 0 if up else 1)
+                if dist.get(nxt, -1) == dist[state] - 1:
+                    route.append(link_id)
+                    state = nxt
+                    break
+        return tuple(route)
+
+    # ------------------------------------------------------------------ orders and cuts
+    def snake_order(self) -> list[int]:
+        """Chiplet ids in boustrophedon order over the grid rows, skipping missing chiplets.
+
+        Row 0 runs in increasing x, row 1 in decreasing x, and so on, so consecutive chiplets are
+        grid neighbours wherever no chiplet is missing.
+        """
+        order = []
+        for y in range(self.rows):
+            xs = range(self.cols) if y % 2 == 0 else range(self.cols - 1, -1, -1)
+            order.extend(self._chiplet_at[(x, y)] for x in xs if (x, y) in self._chiplet_at)
+        return order
+
+    def cluster_order(self) -> list[int]:
+        """Cluster ids following :meth:`snake_order`; inside a chiplet a local snake."""
+        order = []
+        for cid in self.snake_order():
+            members = [self.system.clusters[i] for i in self.system.chiplets[cid].clusters]
+            members.sort(key=lambda c: (c.ly, c.lx if c.ly % 2 == 0 else -c.lx, c.id))
+            order.extend(c.id for c in members)
+        return order
+
+    def nearest_dram(self, cluster: int | Cluster) -> Dram:
+        """The DRAM controller closest to ``cluster``: fewest hops, then least latency, then id."""
+        node = cluster.id if isinstance(cluster, Cluster) else self._node(cluster)
+        return min(
+            self.system.drams,
+            key=lambda d: (self.hops(d.node, node), self.route_latency(d.node, node), d.id),
+        )
+
+    def bisection_bandwidth(self) -> float:
+        """Bytes/cycle across the narrowest balanced cut of the chiplet grid.
+
+        Candidate cuts split the grid columns (or rows) into two halves as evenly as possible
+        (both splits when the count is odd); a cut's bandwidth is the smaller of the two directed
+        sums of link bandwidths crossing it. A single-chiplet system is cut through its local
+        mesh instead. ``inf`` when there is one cluster only (nothing to cut).
+        """
+        if self.system.num_clusters == 1:
+            return math.inf
+        system = self.system
+        if len(system.chiplets) > 1:
+            coord: dict[int, tuple[int, int]] = {
+                c.id: (system.chiplets[c.chiplet].x, system.chiplets[c.chiplet].y)
+                for c in system.clusters
+            }
+        else:
+            coord = {c.id: (c.lx, c.ly) for c in system.clusters}
+        best = math.inf
+        for axis in (0, 1):
+            values = sorted({xy[axis] for xy in coord.values()})
+            if len(values) < 2:
+                continue
+            half = len(values) / 2
+            for split in sorted({math.floor(half), math.ceil(half)}):
+                left = {n for n, xy in coord.items() if xy[axis] < values[split]}
+                forward = sum(
+                    lk.bandwidth for lk in system.links if lk.src in left and lk.dst not in left
+                )
+                backward = sum(
+                    lk.bandwidth for lk in system.links if lk.dst in left and lk.src not in left
+                )
+                best = min(best, forward, backward)
+        return best
+
+
+# ---------------------------------------------------------------------- builders
+def _grid_dict(
+    name: str,
+    rows: int,
+    cols: int,
+    bandwidth: float,
+    latency: float,
+    macs_per_cycle: int,
+    sram_bytes: int,
+    local_bandwidth: float,
+    frequency_hz: float,
+    dram_bandwidth: float,
+    dram_at: Iterable[tuple[int, int]],
+) -> dict[str, Any]:
+    return {
+        "system": {
+            "name": name,
+            "description": f"synthetic {rows}x{cols} grid of one-cluster chiplets",
+            "frequency_hz": frequency_hz,
+        },
+        "grid": {
+            "rows": rows,
+            "cols": cols,
+            "chiplet": {
+                "cluster": {
+                    "macs_per_cycle": macs_per_cycle,
+                    "sram_bytes": sram_bytes,
+                    "local_bandwidth": local_bandwidth,
+                }
+            },
+        },
+        "nop": {"bandwidth": bandwidth, "latency": latency},
+        "dram": [{"chiplet": list(xy), "bandwidth": dram_bandwidth} for xy in dram_at],
+    }
+
+
+def mesh_system(
+    rows: int,
+    cols: int,
+    bandwidth: float = 32.0,
+    latency: float = 10.0,
+    *,
+    macs_per_cycle: int = 1024,
+    sram_bytes: int = 2 * 2**20,
+    local_bandwidth: float = 256.0,
+    frequency_hz: float = 1.0e9,
+    dram_bandwidth: float = 64.0,
+    dram_at: Iterable[tuple[int, int]] = ((0, 0),),
+    faults: dict[str, Any] | None = None,
+    name: str | None = None,
+) -> ChipletSystem:
+    """A ``rows x cols`` mesh of one-cluster chiplets for synthetic NoC studies.
+
+    Parameters
+    ----------
+    rows, cols : int
+        Grid size.
+    bandwidth, latency : float
+        Every ``nop`` link, bytes/cycle and cycles per hop.
+    macs_per_cycle, sram_bytes, local_bandwidth : optional
+        The cluster of every chiplet.
+    frequency_hz : float
+        System clock.
+    dram_bandwidth : float
+        Bytes/cycle of each DRAM controller.
+    dram_at : iterable of (x, y)
+        Chiplet coordinates carrying a DRAM controller.
+    faults : dict, optional
+        A ``[faults]`` table (see :mod:`tvm_chiplet.targets.system`).
+    name : str, optional
+        System name, default ``"mesh-<rows>x<cols>"``.
+    """
+    data = _grid_dict(
+        name or f"mesh-{rows}x{cols}",
+        rows,
+        cols,
+        bandwidth,
+        latency,
+        macs_per_cycle,
+        sram_bytes,
+        local_bandwidth,
+        frequency_hz,
+        dram_bandwidth,
+        dram_at,
+    )
+    if faults:
+        data["faults"] = faults
+    return ChipletSystem.from_dict(data, source=f"<mesh_system({rows}, {cols})>")
+
+
+def torus_system(
+    rows: int,
+    cols: int,
+    bandwidth: float = 32.0,
+    latency: float = 10.0,
+    *,
+    macs_per_cycle: int = 1024,
+    sram_bytes: int = 2 * 2**20,
+    local_bandwidth: float = 256.0,
+    frequency_hz: float = 1.0e9,
+    dram_bandwidth: float = 64.0,
+    dram_at: Iterable[tuple[int, int]] = ((0, 0),),
+    name: str | None = None,
+) -> ChipletSystem:
+    """A ``rows x cols`` torus of one-cluster chiplets: :func:`mesh_system` plus wrap links.
+
+    Wrap-around links are added along every dimension of length >= 3 (shorter ones are already
+    fully linked by the mesh). Parameters as in :func:`mesh_system`.
+    """
+    data = _grid_dict(
+        name or f"torus-{rows}x{cols}",
+        rows,
+        cols,
+        bandwidth,
+        latency,
+        macs_per_cycle,
+        sram_bytes,
+        local_bandwidth,
+        frequency_hz,
+        dram_bandwidth,
+        dram_at,
+    )
+    data["nop"]["auto"] = True
+    wraps = []
+    if cols >= 3:
+        wraps += [([cols - 1, y], [0, y]) for y in range(rows)]
+    if rows >= 3:
+        wraps += [([x, rows - 1], [x, 0]) for x in range(cols)]
+    data["link"] = [{"src": a, "dst": b} for a, b in wraps]
+    return ChipletSystem.from_dict(data, source=f"<torus_system({rows}, {cols})>")
+
+
+__all__ = ["ROUTING_SCHEMES", "Topology", "mesh_system", "torus_system"]
