@@ -46,9 +46,10 @@ def check_inputs(specs, inputs: Mapping[str, np.ndarray] | list) -> list[np.ndar
     """Order and check inputs against the specs; errors name expected and given."""
     names = [s.name for s in specs]
     if not isinstance(inputs, Mapping):
-        inputs = dict(zip(names, inputs, strict=False))
+        inputs = list(inputs)
         if len(inputs) != len(names):
             raise InputError(f"expected {len(names)} inputs {names}, got {len(inputs)}")
+        inputs = dict(zip(names, inputs, strict=True))
     unknown = sorted(set(inputs) - set(names))
     missing = [n for n in names if n not in inputs]
     if unknown or missing:
