@@ -54,7 +54,7 @@ def test_version_mismatch_is_named(compiled, tmp_path):
         members["metadata.json"] = json.dumps(meta).encode()
 
     bad = rewrite(compiled[1], tmp_path / "old.tar", older_tvm)
-    with pytest.raises(ArtifactError, match="built with tvm 0.19.0"):
+    with pytest.raises(ArtifactError, match=r"built with tvm 0\.19\.0"):
         tvm_chiplet.load_module(bad)
 
 
@@ -65,7 +65,7 @@ def test_missing_member_is_named(compiled, tmp_path):
 
 
 def test_executor_uses_one_worker_per_cluster_and_matches_main(compiled):
-    lib, path, inputs = compiled
+    _, path, inputs = compiled
     module = tvm_chiplet.load_module(path)
     result = module.run(inputs)
     expected = module.vm()["main"](*[np.asarray(inputs["x"])]).numpy()

@@ -3,6 +3,7 @@
 import io
 import json
 import tarfile
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -89,7 +90,7 @@ def test_inconsistent_toml_names_the_field(cnn, tmp_path, capsys):
     from tvm_chiplet.targets.system import load_system
 
     preset = load_system("mesh-4x4")
-    text = (preset.source and open(preset.source).read()) or ""
+    text = Path(preset.source).read_text()
     assert "macs_per_cycle" in text
     config = tmp_path / "neg.toml"
     config.write_text(text.replace("macs_per_cycle = ", "macs_per_cycle = -", 1))
