@@ -83,7 +83,12 @@ def _write_atomic(path: str, write) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from tvm_chiplet.runtime.artifact import load_module
-    from tvm_chiplet.runtime.profile import format_table, profile_report, simulate_plan
+    from tvm_chiplet.runtime.profile import (
+        chrome_trace,
+        format_table,
+        profile_report,
+        simulate_plan,
+    )
 
     module = load_module(args.artifact)
     inputs = _load_inputs(args, module.input_specs)
@@ -102,6 +107,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             args.profile_json,
             lambda tmp: Path(tmp).write_text(json.dumps(report, indent=1)),
         )
+    if args.trace:
+        trace = chrome_trace(module.plan, module.system, sim)
+        _write_atomic(args.trace, lambda tmp: Path(tmp).write_text(json.dumps(trace)))
     if args.print_time:
         print(format_table(report))
     if not args.outputs:
@@ -162,6 +170,7 @@ def make_parser() -> argparse.ArgumentParser:
     run.add_argument("--outputs", help="write outputs to this .npz")
     run.add_argument("--print-time", action="store_true", help="print the per-cluster table")
     run.add_argument("--profile-json", help="write the full profile as JSON")
+    run.add_argument("--trace", help="write a Chrome / Perfetto trace of the simulated device")
     run.add_argument("--batches", type=int, default=1, help="pipelined inputs to simulate")
     run.add_argument("--network", default="flow", help="network model: analytical or flow")
     run.set_defaults(func=cmd_run)

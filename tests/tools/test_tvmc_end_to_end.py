@@ -115,3 +115,19 @@ def test_console_script_and_input_shapes(model_cases, tmp_path):
     )
     assert ran.returncode == 0, ran.stderr
     assert "device:" in ran.stdout
+
+
+def test_trace_has_a_track_per_cluster_and_per_busy_link(model_cases, tmp_path):
+    model_path, _, _, _ = model_cases["resnet18"]
+    artifact, trace_path = tmp_path / "r.tar", tmp_path / "trace.json"
+    assert main(["compile", str(model_path), "--target", "chiplet/mesh-4x4",
+                 "-o", str(artifact)]) == 0
+    assert main(["run", str(artifact), "--batches", "3", "--trace", str(trace_path)]) == 0
+    events = json.loads(trace_path.read_text())["traceEvents"]
+    plan_clusters = {e["tid"] for e in events if e.get("cat") == "compute"}
+    named = {e["tid"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"
+             and e["pid"] == 1}
+    assert plan_clusters == named and len(plan_clusters) > 1
+    transfers = [e for e in events if e.get("cat") == "transfer"]
+    assert transfers and all(e["dur"] >= 0 for e in transfers)
+    assert {e["args"]["batch"] for e in events if e.get("cat") == "compute"} == {0, 1, 2}
