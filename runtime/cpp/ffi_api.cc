@@ -1,6 +1,7 @@
 /*!
  * \file ffi_api.cc
- * \brief tvm-ffi entry points of the simulator: `chiplet.sim.run`, `chiplet.sim.network_models`.
+ * \brief tvm-ffi entry points of the simulator: `chiplet.sim.run`, `chiplet.sim.run_flit`,
+ *        `chiplet.sim.network_models`.
  *
  * Arrays come in as DLPack tensors (numpy through tvm_ffi) and are checked here; results are
  * written into caller-allocated float64 arrays.
@@ -13,8 +14,10 @@
 #include <tvm/ffi/string.h>
 
 #include <cmath>
+#include <functional>
 #include <string>
 
+#include "flit_network.h"
 #include "network_model.h"
 #include "simulator.h"
 
@@ -54,12 +57,15 @@ const T* Data(const TensorView& array) {
 
 double* MutableData(const TensorView& array) { return static_cast<double*>(array.data_ptr()); }
 
-int64_t Run(TensorView task_cluster, TensorView task_cycles, int64_t num_clusters,
-            TensorView message_src, TensorView message_dst, TensorView message_bytes,
-            TensorView route_offsets, TensorView route_links, TensorView link_bandwidth,
-            TensorView link_latency, int64_t batches, tvm::ffi::String network,
-            TensorView task_start, TensorView task_end, TensorView message_arrival,
-            TensorView link_busy) {
+using ModelFactory =
+    std::function<std::unique_ptr<NetworkModel>(const NetworkSpec& spec, int64_t batches)>;
+
+int64_t RunModel(TensorView task_cluster, TensorView task_cycles, int64_t num_clusters,
+                 TensorView message_src, TensorView message_dst, TensorView message_bytes,
+                 TensorView route_offsets, TensorView route_links, TensorView link_bandwidth,
+                 TensorView link_latency, int64_t batches, const ModelFactory& make_model,
+                 TensorView task_start, TensorView task_end, TensorView message_arrival,
+                 TensorView link_busy) {
   CheckArray(task_cluster, "task_cluster", kDLInt, -1);
   int64_t num_tasks = task_cluster.size(0);
   CheckArray(task_cycles, "task_cycles", kDLFloat, num_tasks);
@@ -127,7 +133,7 @@ int64_t Run(TensorView task_cluster, TensorView task_cycles, int64_t num_cluster
   spec.message_bytes = bytes;
   spec.route_offsets = offsets;
   spec.route_links = links;
-  std::unique_ptr<NetworkModel> model = MakeNetworkModel(std::string(network), spec, batches);
+  std::unique_ptr<NetworkModel> model = make_model(spec, batches);
 
   TaskGraph graph;
   graph.num_tasks = num_tasks;
@@ -146,6 +152,36 @@ int64_t Run(TensorView task_cluster, TensorView task_cycles, int64_t num_cluster
   return Simulate(graph, spec, batches, model.get(), out);
 }
 
+int64_t Run(TensorView task_cluster, TensorView task_cycles, int64_t num_clusters,
+            TensorView message_src, TensorView message_dst, TensorView message_bytes,
+            TensorView route_offsets, TensorView route_links, TensorView link_bandwidth,
+            TensorView link_latency, int64_t batches, tvm::ffi::String network,
+            TensorView task_start, TensorView task_end, TensorView message_arrival,
+            TensorView link_busy) {
+  std::string name(network);
+  return RunModel(
+      task_cluster, task_cycles, num_clusters, message_src, message_dst, message_bytes,
+      route_offsets, route_links, link_bandwidth, link_latency, batches,
+      [&name](const NetworkSpec& spec, int64_t b) { return MakeNetworkModel(name, spec, b); },
+      task_start, task_end, message_arrival, link_busy);
+}
+
+/*! \brief `Run` with the cycle-level flit network; `flit_params` as in FlitParams::FromArray. */
+int64_t RunFlit(TensorView task_cluster, TensorView task_cycles, int64_t num_clusters,
+                TensorView message_src, TensorView message_dst, TensorView message_bytes,
+                TensorView route_offsets, TensorView route_links, TensorView link_bandwidth,
+                TensorView link_latency, int64_t batches, TensorView flit_params,
+                double flit_bytes, TensorView task_start, TensorView task_end,
+                TensorView message_arrival, TensorView link_busy) {
+  CheckArray(flit_params, "flit_params", kDLInt, FlitParams::kIntCount);
+  FlitParams params = FlitParams::FromArray(Data<int64_t>(flit_params), flit_bytes);
+  return RunModel(
+      task_cluster, task_cycles, num_clusters, message_src, message_dst, message_bytes,
+      route_offsets, route_links, link_bandwidth, link_latency, batches,
+      [&params](const NetworkSpec& spec, int64_t b) { return MakeFlitNetwork(spec, b, params); },
+      task_start, task_end, message_arrival, link_busy);
+}
+
 tvm::ffi::Array<tvm::ffi::String> NetworkModels() {
   tvm::ffi::Array<tvm::ffi::String> names;
   for (const std::string& name : NetworkModelNames()) names.push_back(name);
@@ -157,6 +193,7 @@ tvm::ffi::Array<tvm::ffi::String> NetworkModels() {
 TVM_FFI_STATIC_INIT_BLOCK() {
   tvm::ffi::reflection::GlobalDef()
       .def("chiplet.sim.run", Run)
+      .def("chiplet.sim.run_flit", RunFlit)
       .def("chiplet.sim.network_models", NetworkModels);
 }
 
