@@ -23,6 +23,13 @@ The model
       messages in flight share every link's bandwidth max-min fairly, recomputed whenever a
       transfer starts or finishes; the route's latency is paid once, after the last byte. A
       message alone on its route takes exactly the analytical time.
+  ``"flit"``
+      cycle-level wormhole routers with virtual channels and credits
+      (:class:`~tvm_chiplet.runtime.noc.FlitParams`, see :mod:`tvm_chiplet.runtime.noc`). A
+      message becomes ``ceil(nbytes / (packet_flits * flit_bytes))`` packets (at least one),
+      queued at its source router at ``ceil(send time)``; it arrives the cycle after its last
+      flit is ejected. Routers are inferred from the routes (consecutive links of a route meet
+      at one router). Only :func:`simulate` implements it, not :func:`simulate_reference`.
 
 A link is busy while at least one message is transferring bytes over it (latency excluded).
 
@@ -47,8 +54,14 @@ from pathlib import Path
 
 import numpy as np
 
+from tvm_chiplet.runtime.noc import FlitParams
+
 NETWORK_MODELS: tuple[str, ...] = ("analytical", "flow")
-"""Names accepted by the ``network`` argument of :func:`simulate`."""
+"""Event-level network models, implemented by both :func:`simulate` and
+:func:`simulate_reference`."""
+
+SIMULATE_NETWORK_MODELS: tuple[str, ...] = (*NETWORK_MODELS, "flit")
+"""Names accepted by the ``network`` argument of :func:`simulate` (adds the cycle-level model)."""
 
 _LIBRARY_NAME = "libtvm_chiplet_sim.so"
 # A transfer counts as finished when this fraction of its bytes is left (absorbs rounding of the
@@ -173,6 +186,7 @@ def simulate(
     num_clusters: int,
     batches: int = 1,
     network: str = "flow",
+    flit_params: FlitParams | None = None,
 ) -> SimResult:
     """Simulate ``batches`` streamed runs of a task graph with the C++ timing core.
 
@@ -191,7 +205,9 @@ def simulate(
     batches : int
         Number of times the task graph is streamed (>= 1).
     network : str
-        One of :data:`NETWORK_MODELS`.
+        One of :data:`SIMULATE_NETWORK_MODELS`.
+    flit_params : FlitParams, optional
+        Router parameters of the ``"flit"`` network (default ``FlitParams()``); only with it.
 
     Returns
     -------
@@ -202,12 +218,19 @@ def simulate(
     ------
     ValueError
         For invalid inputs; the message names the offending value.
+    RuntimeError
+        From the ``"flit"`` network when its routes deadlock (the message names the links).
     SimulationStalledError
         When some tasks can never start, e.g. a task waits for a message from a task that comes
         later on the same cluster.
     RuntimeError
         When the C++ library has not been built.
     """
+    if flit_params is not None and network != "flit":
+        raise ValueError(
+            f"flit_params only applies to network='flit', got network={network!r}; drop "
+            f"flit_params or choose the flit network"
+        )
     problem = _prepare(
         tasks, messages, link_bandwidth, link_latency, num_clusters, batches, network
     )
@@ -218,7 +241,15 @@ def simulate(
         message_arrival=np.full((batches_, len(problem.message_src)), np.nan),
         link_busy=np.zeros(len(problem.link_bandwidth)),
     )
-    _core()(
+    network_arguments: tuple = (problem.network,)
+    run = _core()
+    if problem.network == "flit":
+        import tvm_ffi
+
+        params = flit_params or FlitParams()
+        network_arguments = (params.int_array(), float(params.flit_bytes))
+        run = tvm_ffi.get_global_func("chiplet.sim.run_flit")
+    run(
         problem.task_cluster,
         problem.task_cycles,
         problem.num_clusters,
@@ -230,7 +261,7 @@ def simulate(
         problem.link_bandwidth,
         problem.link_latency,
         problem.batches,
-        problem.network,
+        *network_arguments,
         timeline.task_start,
         timeline.task_end,
         timeline.message_arrival,
@@ -250,8 +281,14 @@ def simulate_reference(
 ) -> SimResult:
     """Pure-Python version of :func:`simulate`, slow and simple; for checking it on small cases.
 
-    Same parameters, result and errors as :func:`simulate`.
+    Same parameters, result and errors as :func:`simulate`, without the ``"flit"`` network.
     """
+    if network not in NETWORK_MODELS:
+        valid = ", ".join(repr(name) for name in NETWORK_MODELS)
+        raise ValueError(
+            f"unknown network model {network!r}; expected one of {valid} (simulate_reference "
+            f"has no flit model: use simulate for it)"
+        )
     problem = _prepare(
         tasks, messages, link_bandwidth, link_latency, num_clusters, batches, network
     )
@@ -341,8 +378,8 @@ def _prepare(
     batches: int,
     network: str,
 ) -> _Problem:
-    if network not in NETWORK_MODELS:
-        valid = ", ".join(repr(name) for name in NETWORK_MODELS)
+    if network not in SIMULATE_NETWORK_MODELS:
+        valid = ", ".join(repr(name) for name in SIMULATE_NETWORK_MODELS)
         raise ValueError(f"unknown network model {network!r}; expected one of {valid}")
     if not _is_int(batches) or batches < 1:
         raise ValueError(

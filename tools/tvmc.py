@@ -144,6 +144,25 @@ def cmd_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_simulate_noc(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from tvm_chiplet.runtime.noc import simulate_noc
+
+    result = simulate_noc(
+        topology=args.topology, traffic=args.traffic, packet_flits=args.packet_size,
+        rate=args.rate, cycles=args.cycles, warmup=args.warmup, seed=args.seed,
+        batch_packets=args.batch_packets,
+    )
+    fields = dataclasses.asdict(result)
+    if args.json:
+        print(json.dumps(fields, indent=1, default=float))
+    else:
+        for key, value in fields.items():
+            print(f"{key:>22}: {value}")
+    return 0
+
+
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tvmc", description="TVM compiler driver with the chiplet target (tvm-chiplet)"
@@ -172,8 +191,23 @@ def make_parser() -> argparse.ArgumentParser:
     run.add_argument("--profile-json", help="write the full profile as JSON")
     run.add_argument("--trace", help="write a Chrome / Perfetto trace of the simulated device")
     run.add_argument("--batches", type=int, default=1, help="pipelined inputs to simulate")
-    run.add_argument("--network", default="flow", help="network model: analytical or flow")
+    run.add_argument("--network", default="flow",
+                     help="network model: analytical, flow or flit")
     run.set_defaults(func=cmd_run)
+
+    noc = sub.add_parser("simulate-noc", help="synthetic traffic on a NoC (flit model)")
+    noc.add_argument("--topology", default="mesh-8x8", help="mesh-RxC")
+    noc.add_argument("--traffic", default="uniform",
+                     help="uniform, transpose, bitcomp or hotspot")
+    noc.add_argument("--packet-size", type=int, default=4, help="flits per packet")
+    noc.add_argument("--rate", type=float, default=0.1, help="flits/node/cycle, in (0, 1]")
+    noc.add_argument("--cycles", type=int, default=10_000)
+    noc.add_argument("--warmup", type=int, default=1_000)
+    noc.add_argument("--seed", type=int, default=0)
+    noc.add_argument("--batch-packets", type=int,
+                     help="batch mode: each node sends K packets, then drain")
+    noc.add_argument("--json", action="store_true")
+    noc.set_defaults(func=cmd_simulate_noc)
 
     targets = sub.add_parser("targets", help="list chiplet presets")
     targets.set_defaults(func=cmd_targets)

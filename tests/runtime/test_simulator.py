@@ -263,7 +263,7 @@ _VALID = {
 @pytest.mark.parametrize(
     ("change", "match"),
     [
-        ({"network": "flit"}, r"unknown network model 'flit'; expected one of 'analytical', 'fl"),
+        ({"network": "mesh"}, r"unknown network model 'mesh'; expected one of 'analytical', 'fl"),
         ({"batches": 0}, r"batches must be an integer >= 1.*got 0"),
         ({"num_clusters": 0}, r"num_clusters must be an integer >= 1"),
         ({"tasks": []}, r"tasks is empty"),

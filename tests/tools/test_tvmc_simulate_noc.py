@@ -1,0 +1,29 @@
+import json
+
+from tvm_chiplet.tools.tvmc import main
+
+
+def test_simulate_noc_reports_latency_and_throughput_as_json(capsys):
+    assert main(["simulate-noc", "--topology", "mesh-4x4", "--traffic", "uniform",
+                 "--rate", "0.05", "--cycles", "3000", "--warmup", "500", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["avg_packet_latency"] > 0
+    assert 0.03 < result["accepted_throughput"] < 0.07
+    assert result["saturated"] is False
+
+
+def test_simulate_noc_rejects_a_bad_rate_and_traffic(capsys):
+    assert main(["simulate-noc", "--rate", "1.5"]) == 2
+    assert "1.5" in capsys.readouterr().err
+    assert main(["simulate-noc", "--traffic", "tornado-ish"]) == 2
+    err = capsys.readouterr().err
+    assert "tornado-ish" in err and "uniform" in err
+
+
+def test_run_with_flit_network(tmp_path, capsys):
+    model = tmp_path / "cnn.onnx"
+    assert main(["model", "small-cnn", "-o", str(model)]) == 0
+    assert main(["compile", str(model), "--target", "chiplet/quad-2x2",
+                 "-o", str(tmp_path / "c.tar")]) == 0
+    assert main(["run", str(tmp_path / "c.tar"), "--network", "flit", "--print-time"]) == 0
+    assert "device:" in capsys.readouterr().out
