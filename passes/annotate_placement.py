@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import tvm
 from tvm import relax
 
@@ -11,6 +13,7 @@ from tvm_chiplet.passes.planners.placement import Placement, PlanningError
 ATTR_CLUSTER = "chiplet.cluster"
 ATTR_STAGE = "chiplet.stage"
 ATTR_OP_ID = "chiplet.op_id"
+ATTR_PLACEMENT = "chiplet.placement"  # module attr: JSON of strategy, objective and notes
 
 
 @tvm.transform.module_pass(opt_level=0, name="AnnotatePlacement")
@@ -18,8 +21,10 @@ class AnnotatePlacement:
     """Write a :class:`Placement` onto the IR as call attributes.
 
     Each ``call_tir`` binding ``i`` of ``main`` gets the attributes ``chiplet.cluster``,
-    ``chiplet.stage`` and ``chiplet.op_id`` (= ``i``). Tuple plumbing is left as it is and goes
-    with its neighbours when partitioned. The pass decides nothing; the planner did.
+    ``chiplet.stage`` and ``chiplet.op_id`` (= ``i``); the module gets ``chiplet.placement``, the
+    strategy, its objective and its notes (e.g. an ILP's gap) as JSON. Tuple plumbing is left as
+    it is and goes with its neighbours when partitioned. The pass decides nothing; the planner
+    did.
 
     Parameters
     ----------
@@ -65,7 +70,12 @@ class AnnotatePlacement:
         new_main = relax.Function(main.params, body, main.ret_ty, main.is_pure, main.attrs)
         out = mod.clone()
         out.update_func(mod.get_global_var("main"), new_main)
-        return out
+        summary = {
+            "strategy": self.placement.strategy,
+            "objective_cycles": self.placement.objective_cycles,
+            "notes": self.placement.notes,
+        }
+        return out.with_attr(ATTR_PLACEMENT, json.dumps(summary, sort_keys=True, default=str))
 
 
 def call_placement(value: relax.Expr) -> tuple[int, int, int] | None:

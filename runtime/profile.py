@@ -8,24 +8,28 @@ from tvm_chiplet.runtime.simulator import SimMessage, SimResult, SimTask, simula
 from tvm_chiplet.targets.system import ChipletSystem
 
 
-def simulate_plan(
-    plan: dict, system: ChipletSystem, batches: int = 1, network: str = "flow"
+def simulate_workload(
+    tasks: list[dict], messages: list[dict], system: ChipletSystem, batches: int = 1,
+    network: str = "flow",
 ) -> SimResult:
-    """Simulate a compiled plan on its system: tasks with cost-model cycles, routed messages."""
-    tasks = [SimTask(t["name"], t["cluster"], float(t["cycles"])) for t in plan["tasks"]]
-    messages = [
-        SimMessage(m["src"], m["dst"], int(m["bytes"]), list(m["route"])) for m in plan["messages"]
-    ]
+    """Simulate tasks (``name``, ``cluster``, ``cycles``) and routed messages on ``system``."""
     links = sorted(system.links, key=lambda link: link.id)
     return simulate(
-        tasks,
-        messages,
+        [SimTask(t["name"], t["cluster"], float(t["cycles"])) for t in tasks],
+        [SimMessage(m["src"], m["dst"], int(m["bytes"]), list(m["route"])) for m in messages],
         link_bandwidth=np.array([link.bandwidth for link in links], dtype=np.float64),
         link_latency=np.array([link.latency for link in links], dtype=np.float64),
         num_clusters=system.num_clusters,
         batches=batches,
         network=network,
     )
+
+
+def simulate_plan(
+    plan: dict, system: ChipletSystem, batches: int = 1, network: str = "flow"
+) -> SimResult:
+    """Simulate a compiled plan on its system: tasks with cost-model cycles, routed messages."""
+    return simulate_workload(plan["tasks"], plan["messages"], system, batches, network)
 
 
 def profile_report(plan: dict, system: ChipletSystem, sim: SimResult, execution=None) -> dict:

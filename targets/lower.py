@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -9,13 +10,14 @@ import onnx
 import tvm
 
 from tvm_chiplet.passes.analysis.segments import SegmentSchedule, read_segments
+from tvm_chiplet.passes.annotate_placement import ATTR_PLACEMENT
 from tvm_chiplet.passes.pipeline import get_pipeline
 from tvm_chiplet.passes.planners import Planner
 from tvm_chiplet.runtime.artifact import ChipletModule
-from tvm_chiplet.targets import cost_model
 from tvm_chiplet.targets.system import ChipletSystem
 from tvm_chiplet.targets.target import ChipletTarget, parse_target
 from tvm_chiplet.targets.topology import Topology
+from tvm_chiplet.targets.workload import WorkItem, build_workload
 from tvm_chiplet.tools.frontends import input_specs, load_model
 
 
@@ -26,27 +28,14 @@ def describe_plan(schedule: SegmentSchedule, system: ChipletSystem, strategy: st
     them from DRAM. Messages are the op-level dependencies between tasks, with their routes.
     """
     topology = Topology(system)
-    clusters = system.clusters
-    weights_on = [0] * len(clusters)
-    for task in schedule.tasks:
-        weights_on[task.cluster] += task.weight_bytes
-    resident = [weights_on[c.id] <= c.sram_bytes for c in clusters]
-    tasks, messages = [], []
-    for index, task in enumerate(schedule.tasks):
-        cluster = clusters[task.cluster]
-        cycles = cost_model.op_cycles(
-            task.flops,
-            task.bytes_moved,
-            task.weight_bytes,
-            cluster,
-            system,
-            weights_resident=resident[task.cluster],
-        )
-        tasks.append({**task.to_dict(), "cycles": cycles})
-        for producer, nbytes in task.deps:
-            src = schedule.tasks[producer].cluster
-            route = topology.route(src, task.cluster) if src != task.cluster else []
-            messages.append({"src": producer, "dst": index, "bytes": nbytes, "route": route})
+    items = [
+        WorkItem(t.name, t.cluster, t.flops, t.bytes_moved, t.weight_bytes,
+                 [(p, b) for p, b in t.deps])
+        for t in schedule.tasks
+    ]
+    work, messages, resident = build_workload(items, system, topology)
+    tasks = [{**t.to_dict(), "cycles": w["cycles"]} for t, w in zip(schedule.tasks, work,
+                                                                      strict=True)]
     transfers = []
     for segment in schedule.segments:
         for slot, src in enumerate(segment.inputs):
@@ -120,6 +109,10 @@ def build(
     executable = tvm.compile(partitioned, target=chiplet_target.tvm_target)
     strategy_name = strategy if isinstance(strategy, str) else getattr(strategy, "name", "custom")
     plan = describe_plan(read_segments(partitioned), chiplet_target.system, strategy_name)
+    if partitioned.attrs is not None and ATTR_PLACEMENT in partitioned.attrs:
+        placement = json.loads(str(partitioned.attrs[ATTR_PLACEMENT]))
+        plan["strategy"] = placement["strategy"]
+        plan["placement"] = placement
     plan["compile_seconds"] = {
         "plan": plan_time,
         "total": time.perf_counter() - started,

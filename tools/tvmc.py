@@ -110,6 +110,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.trace:
         trace = chrome_trace(module.plan, module.system, sim)
         _write_atomic(args.trace, lambda tmp: Path(tmp).write_text(json.dumps(trace)))
+    if args.report:
+        from tvm_chiplet.runtime.plots import write_report
+
+        write_report(module.plan, module.system, sim, args.report)
     if args.print_time:
         print(format_table(report))
     if not args.outputs:
@@ -190,6 +194,8 @@ def make_parser() -> argparse.ArgumentParser:
     run.add_argument("--print-time", action="store_true", help="print the per-cluster table")
     run.add_argument("--profile-json", help="write the full profile as JSON")
     run.add_argument("--trace", help="write a Chrome / Perfetto trace of the simulated device")
+    run.add_argument("--report", metavar="DIR",
+                     help="write PNG plots (gantt.png, link_load.png) of the simulated device")
     run.add_argument("--batches", type=int, default=1, help="pipelined inputs to simulate")
     run.add_argument("--network", default="flow",
                      help="network model: analytical, flow or flit")

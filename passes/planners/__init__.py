@@ -1,10 +1,17 @@
 """Placement strategies. Planners work on plain graphs, arrays and dataclasses, never on IR."""
 
+from tvm_chiplet.passes.planners.auto import AutoPlanner
 from tvm_chiplet.passes.planners.base import Planner, PlanningProblem
 from tvm_chiplet.passes.planners.pipeline import PipelinePlanner, min_bottleneck_partition
 from tvm_chiplet.passes.planners.placement import Placement, PlanningError
+from tvm_chiplet.passes.planners.single import SinglePlanner
 
-PLANNERS = {PipelinePlanner.name: PipelinePlanner}
+PLANNERS: dict[str, type] = {
+    PipelinePlanner.name: PipelinePlanner,
+    AutoPlanner.name: AutoPlanner,
+    SinglePlanner.name: SinglePlanner,
+}
+BASELINES = (SinglePlanner.name,)
 
 
 def get_planner(name: str, **options) -> Planner:
@@ -15,12 +22,15 @@ def get_planner(name: str, **options) -> Planner:
 
 
 __all__ = [
+    "BASELINES",
     "PLANNERS",
+    "AutoPlanner",
     "PipelinePlanner",
     "Placement",
     "Planner",
     "PlanningError",
     "PlanningProblem",
+    "SinglePlanner",
     "get_planner",
     "min_bottleneck_partition",
 ]

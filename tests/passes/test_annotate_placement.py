@@ -38,6 +38,15 @@ def test_every_call_tir_gets_cluster_stage_and_op_id():
     assert [call_placement(b.value) for b in bindings] == [(3, 0, 0), (7, 1, 1), None]
 
 
+def test_strategy_and_notes_are_kept_as_a_module_attribute():
+    import json
+
+    placement = Placement("manual", (0, 0, 0), (0, 0, 0), (0,), 12.5, {"gap": 0.01})
+    After = AnnotatePlacement(placement)(Before)
+    summary = json.loads(str(After.attrs["chiplet.placement"]))
+    assert summary == {"strategy": "manual", "objective_cycles": 12.5, "notes": {"gap": 0.01}}
+
+
 def test_structure_is_unchanged_apart_from_attributes():
     placement = Placement("manual", (0, 1, 1), (0, 1, 1), (0, 1))
     After = AnnotatePlacement(placement)(Before)

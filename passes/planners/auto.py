@@ -1,0 +1,101 @@
+"""Strategy ``auto``: run candidate planners, simulate each, keep the best."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from tvm_chiplet.passes.planners.base import Planner, PlanningProblem
+from tvm_chiplet.passes.planners.evaluate import simulate_placement
+from tvm_chiplet.passes.planners.placement import Placement, PlanningError
+
+OBJECTIVES = ("throughput", "latency")
+
+
+class AutoPlanner:
+    """Try several strategies and keep the one the simulator judges best.
+
+    Each candidate's placement is simulated with the shared cost model (``batches`` pipelined
+    inputs, ``network`` model). The objective is steady-state throughput or batch-1 latency.
+    Candidates that cannot apply (they raise :class:`PlanningError`) are skipped and listed.
+    The comparison is kept in ``placement.notes["auto"]``.
+
+    Parameters
+    ----------
+    candidates : sequence of str or Planner, optional
+        Default: every registered strategy except ``auto`` itself.
+    objective : {"throughput", "latency"}
+    batches : int, default 64
+        Pipelined inputs simulated for the throughput objective.
+    network : str, default "flow"
+    progress : callable, optional
+        Called with one line of text per candidate (the CLI prints it).
+    """
+
+    name = "auto"
+
+    def __init__(
+        self,
+        candidates: Sequence[str | Planner] | None = None,
+        objective: str = "throughput",
+        batches: int = 64,
+        network: str = "flow",
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
+        if objective not in OBJECTIVES:
+            raise PlanningError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
+        if batches < 1:
+            raise PlanningError(f"batches must be >= 1, got {batches}")
+        self.candidates = candidates
+        self.objective = objective
+        self.batches = batches if objective == "throughput" else 1
+        self.network = network
+        self.progress = progress
+
+    def _planners(self) -> list[Planner]:
+        from tvm_chiplet.passes.planners import BASELINES, PLANNERS, get_planner
+
+        names = self.candidates or [
+            n for n in PLANNERS if n != self.name and n not in BASELINES
+        ]
+        return [get_planner(c) if isinstance(c, str) else c for c in names]
+
+    def plan(self, problem: PlanningProblem) -> Placement:
+        rows, best = [], None
+        for planner in self._planners():
+            started = time.perf_counter()
+            try:
+                placement = planner.plan(problem)
+            except PlanningError as err:
+                rows.append({"strategy": planner.name, "skipped": str(err)})
+                continue
+            sim = simulate_placement(problem, placement, self.batches, self.network)
+            score = (
+                sim.throughput_per_cycle if self.objective == "throughput"
+                else 1.0 / max(sim.total_cycles, 1e-9)
+            )
+            row = {
+                "strategy": planner.name,
+                "cycles": float(sim.total_cycles),
+                "throughput_per_cycle": float(sim.throughput_per_cycle),
+                "plan_seconds": time.perf_counter() - started,
+            }
+            rows.append(row)
+            if self.progress:
+                self.progress(
+                    f"auto: {planner.name:<16} {row['cycles']:14.0f} cycles for {self.batches} "
+                    f"batch(es), {row['throughput_per_cycle'] * problem.system.frequency_hz:10.1f} "
+                    "inf/s"
+                )
+            if best is None or score > best[0]:
+                best = (score, placement)
+        if best is None:
+            raise PlanningError(
+                "no candidate strategy applies: "
+                + "; ".join(f"{r['strategy']}: {r['skipped']}" for r in rows)
+            )
+        chosen = best[1]
+        notes = {**chosen.notes, "auto": {"objective": self.objective, "batches": self.batches,
+                                          "chosen": chosen.strategy, "candidates": rows}}
+        return Placement(f"auto:{chosen.strategy}", chosen.op_cluster, chosen.op_stage,
+                         chosen.stage_clusters, chosen.objective_cycles, notes)

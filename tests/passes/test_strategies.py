@@ -1,0 +1,91 @@
+"""Planner-level strategies: judging a placement by simulation, the single baseline, auto."""
+
+import pytest
+
+import tvm_chiplet
+from tvm_chiplet.passes import ReduceGraph
+from tvm_chiplet.passes.analysis.op_graph import extract_op_graph
+from tvm_chiplet.passes.planners import (
+    AutoPlanner,
+    PipelinePlanner,
+    PlanningError,
+    PlanningProblem,
+    SinglePlanner,
+)
+from tvm_chiplet.passes.planners.evaluate import simulate_placement
+from tvm_chiplet.runtime.profile import simulate_plan
+from tvm_chiplet.targets.system import load_system
+from tvm_chiplet.targets.topology import Topology
+from tvm_chiplet.tools import models
+from tvm_chiplet.tools.frontends import load_model
+
+
+@pytest.fixture(scope="module")
+def resnet18_problem():
+    model = models.get_model("resnet18", image=64)
+    system = load_system("mesh-4x4")
+    graph = extract_op_graph(ReduceGraph()(load_model(model)))
+    return model, PlanningProblem(graph, system, Topology(system))
+
+
+def test_placement_is_judged_exactly_as_the_compiled_plan(resnet18_problem):
+    model, problem = resnet18_problem
+    placement = PipelinePlanner().plan(problem)
+    lib = tvm_chiplet.build(model, target="chiplet/mesh-4x4", strategy="pipeline")
+    for batches in (1, 8):
+        judged = simulate_placement(problem, placement, batches)
+        compiled = simulate_plan(lib.plan, lib.system, batches)
+        assert judged.total_cycles == pytest.approx(compiled.total_cycles, rel=1e-12)
+
+
+def test_single_puts_everything_on_one_cluster(resnet18_problem):
+    _, problem = resnet18_problem
+    placement = SinglePlanner().plan(problem)
+    assert len(set(placement.op_cluster)) == 1
+
+
+def test_pipeline_beats_single_on_throughput(resnet18_problem):
+    _, problem = resnet18_problem
+    single = simulate_placement(problem, SinglePlanner().plan(problem), 64)
+    pipeline = simulate_placement(problem, PipelinePlanner().plan(problem), 64)
+    assert pipeline.throughput_per_cycle > single.throughput_per_cycle
+
+
+class Refusing:
+    name = "refusing"
+
+    def plan(self, problem):
+        raise PlanningError("cannot apply here")
+
+
+def test_auto_keeps_the_best_candidate_and_records_the_comparison(resnet18_problem):
+    _, problem = resnet18_problem
+    lines = []
+    placement = AutoPlanner(["single", "pipeline", Refusing()], batches=16,
+                            progress=lines.append).plan(problem)
+    table = placement.notes["auto"]["candidates"]
+    assert [row["strategy"] for row in table] == ["single", "pipeline", "refusing"]
+    assert table[2]["skipped"] == "cannot apply here"
+    best = max(table[:2], key=lambda row: row["throughput_per_cycle"])
+    assert placement.strategy == f"auto:{best['strategy']}"
+    assert len(lines) == 2
+
+
+def test_auto_latency_objective_simulates_one_batch(resnet18_problem):
+    _, problem = resnet18_problem
+    placement = AutoPlanner(["single", "pipeline"], objective="latency").plan(problem)
+    table = placement.notes["auto"]["candidates"]
+    best = min(table, key=lambda row: row["cycles"])
+    assert placement.strategy == f"auto:{best['strategy']}"
+    assert placement.notes["auto"]["batches"] == 1
+
+
+def test_auto_with_no_applicable_candidate_says_why(resnet18_problem):
+    _, problem = resnet18_problem
+    with pytest.raises(PlanningError, match="no candidate strategy applies: refusing: cannot"):
+        AutoPlanner([Refusing()]).plan(problem)
+
+
+def test_auto_refuses_unknown_objective():
+    with pytest.raises(PlanningError, match="unknown objective 'speed'"):
+        AutoPlanner(objective="speed")
