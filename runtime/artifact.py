@@ -15,6 +15,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
+from tvm_chiplet.runtime.files import atomic_write
 from tvm_chiplet.targets.system import ChipletSystem
 from tvm_chiplet.tools.frontends import InputSpec
 
@@ -95,19 +96,16 @@ class ChipletModule:
             meta = self.metadata
             meta["checksums"] = {name: _sha256(data) for name, data in payload.items()}
             payload["metadata.json"] = json.dumps(meta, indent=1, sort_keys=True).encode()
-            fd, tmp_path = tempfile.mkstemp(prefix=".tmp-", suffix=".tar", dir=directory)
-            try:
-                with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w") as tar:
+
+            def write_tar(tmp_path: str) -> None:
+                with tarfile.open(tmp_path, mode="w") as tar:
                     for name in ("metadata.json", *MEMBERS):
                         info = tarfile.TarInfo(name)
                         info.size = len(payload[name])
                         info.mtime = 0
                         tar.addfile(info, io.BytesIO(payload[name]))
-                os.replace(tmp_path, path)
-            except BaseException:
-                if os.path.exists(tmp_path):
-                    os.unlink(tmp_path)
-                raise
+
+            atomic_write(path, write_tar)
         self.path = path
         return path
 

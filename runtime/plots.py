@@ -15,7 +15,6 @@ Example
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import Any
 
 import numpy as np
@@ -27,6 +26,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
 
+from tvm_chiplet.runtime.files import atomic_write
 from tvm_chiplet.targets.system import ChipletSystem
 
 GANTT_FILE = "gantt.png"
@@ -327,15 +327,6 @@ def _bytes_label(value: float) -> str:
 
 
 def _save(fig: Figure, path: str | os.PathLike) -> str:
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".png", dir=directory)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, format="png", dpi=_DPI, metadata={"Software": None})
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+    return atomic_write(
+        path, lambda tmp: fig.savefig(tmp, format="png", dpi=_DPI, metadata={"Software": None})
+    )

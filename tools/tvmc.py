@@ -6,10 +6,11 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from tvm_chiplet.runtime.files import atomic_write
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
@@ -68,19 +69,6 @@ def _load_inputs(args: argparse.Namespace, specs) -> dict[str, np.ndarray]:
     return inputs
 
 
-def _write_atomic(path: str, write) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory, suffix=os.path.splitext(path)[1])
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     from tvm_chiplet.runtime.artifact import load_module
     from tvm_chiplet.runtime.profile import (
@@ -96,20 +84,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     sim = simulate_plan(module.plan, module.system, batches=args.batches, network=args.network)
     report = profile_report(module.plan, module.system, sim, execution)
     if args.outputs:
-        _write_atomic(
+        atomic_write(
             args.outputs,
             lambda tmp: np.savez(
                 tmp, **{f"output_{i}": out for i, out in enumerate(execution.outputs)}
             ),
         )
     if args.profile_json:
-        _write_atomic(
+        atomic_write(
             args.profile_json,
             lambda tmp: Path(tmp).write_text(json.dumps(report, indent=1)),
         )
     if args.trace:
         trace = chrome_trace(module.plan, module.system, sim)
-        _write_atomic(args.trace, lambda tmp: Path(tmp).write_text(json.dumps(trace)))
+        atomic_write(args.trace, lambda tmp: Path(tmp).write_text(json.dumps(trace)))
     if args.report:
         from tvm_chiplet.runtime.plots import write_report
 
@@ -143,7 +131,7 @@ def cmd_model(args: argparse.Namespace) -> int:
             raise ValueError(f"--option expects key=value, got {item!r}")
         kwargs[key] = int(value) if value.lstrip("-").isdigit() else float(value)
     model = get_model(args.name, **kwargs)
-    _write_atomic(args.output, lambda tmp: onnx.save(model, tmp))
+    atomic_write(args.output, lambda tmp: onnx.save(model, tmp))
     print(f"wrote {args.name} to {args.output}")
     return 0
 
