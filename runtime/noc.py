@@ -44,10 +44,17 @@ False
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
+import inspect
 import math
+import multiprocessing
+import os
 import re
+import signal
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -357,3 +364,336 @@ def _mesh_network(rows: int, cols: int) -> dict[str, np.ndarray]:
         "coordinates": np.array(coordinates, dtype=np.int64),
     }
     return arrays
+
+
+# ---------------------------------------------------------------------------------------------
+# Parallel sweeps, saturation throughput and the channel-load bound
+# ---------------------------------------------------------------------------------------------
+
+_DEFAULT_SWEEP_RATES: tuple[float, ...] = tuple(round(0.02 * i, 2) for i in range(1, 51))
+# Mean packet latency above this multiple of the zero-load latency marks a point as past
+# saturation (the usual BookSim-practice cut-off; see saturation_throughput).
+_LATENCY_FACTOR = 3.0
+
+
+def sweep_noc(
+    points: list[dict],
+    jobs: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[NocResult]:
+    """Run independent :func:`simulate_noc` calls in parallel processes.
+
+    Parameters
+    ----------
+    points : list of dict
+        Keyword arguments of one :func:`simulate_noc` call each (e.g.
+        ``{"topology": "mesh-8x8", "traffic": "uniform", "rate": 0.2}``); every key is checked
+        against the signature of :func:`simulate_noc` before anything runs.
+    jobs : int, optional
+        Worker processes (default ``os.cpu_count()``, at most ``len(points)``). ``jobs=1`` runs
+        the points one after the other in this process.
+    progress : callable, optional
+        Called as ``progress(done, total)`` after each finished point (``done`` counts 1 to
+        ``total``, in completion order).
+
+    Returns
+    -------
+    list of NocResult
+        One result per point, in the order of ``points``. Each point carries its own seed, so
+        the results do not depend on ``jobs`` or on scheduling.
+
+    Raises
+    ------
+    ValueError, TypeError
+        A point that is not a dict, an unknown key (named, with the valid ones), or ``jobs < 1``.
+        Errors of :func:`simulate_noc` itself are raised as they would be sequentially.
+    KeyboardInterrupt
+        Re-raised after pending points are cancelled and the workers stopped and joined.
+
+    Notes
+    -----
+    Workers are started with the ``"forkserver"`` method (safe when the caller runs threads:
+    they fork from a single-threaded server process that has imported this module) and ignore
+    SIGINT, so Ctrl-C reaches only this process, which then shuts the pool down.
+
+    Example
+    -------
+    >>> points = [{"topology": "mesh-4x4", "rate": r, "cycles": 2000} for r in (0.1, 0.2)]
+    >>> [r.saturated for r in sweep_noc(points, jobs=2)]
+    [False, False]
+    """
+    points = [_checked_point(index, point) for index, point in enumerate(points)]
+    if jobs is None:
+        jobs = os.cpu_count() or 1
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+        raise ValueError(f"jobs must be None or an integer >= 1, got {jobs!r}")
+    total = len(points)
+    jobs = min(jobs, total)
+    if jobs <= 1:
+        results = []
+        for done, point in enumerate(points, start=1):
+            results.append(simulate_noc(**point))
+            if progress is not None:
+                progress(done, total)
+        return results
+
+    ordered: list[NocResult | None] = [None] * total
+    context = multiprocessing.get_context("forkserver")
+    # Workers fork from a server that has imported this module once (tvm_chiplet imports TVM,
+    # seconds per spawned process); the preload only matters before the server first starts.
+    context.set_forkserver_preload([__name__])
+    executor = concurrent.futures.ProcessPoolExecutor(
+        max_workers=jobs, mp_context=context, initializer=_ignore_sigint
+    )
+    try:
+        index_of = {executor.submit(_simulate_point, point): i for i, point in enumerate(points)}
+        for done, future in enumerate(concurrent.futures.as_completed(index_of), start=1):
+            ordered[index_of[future]] = future.result()
+            if progress is not None:
+                progress(done, total)
+    except BaseException:
+        _stop_pool(executor)
+        raise
+    executor.shutdown(wait=True)
+    return [result for result in ordered if result is not None]
+
+
+def saturation_throughput(
+    topology: str,
+    traffic: str,
+    rates: Sequence[float] = _DEFAULT_SWEEP_RATES,
+    jobs: int | None = None,
+    *,
+    latency_factor: float = _LATENCY_FACTOR,
+    progress: Callable[[int, int], None] | None = None,
+    **kw: Any,
+) -> tuple[float, list[NocResult]]:
+    """Saturation throughput of a mesh under synthetic traffic, from a sweep of offered loads.
+
+    Definition (Dally & Towles, *Principles and Practices of Interconnection Networks*, ch. 23
+    and 25; BookSim practice): the network saturates at the offered load where the mean packet
+    latency grows without bound. A finite run cannot see an infinite latency, so, as BookSim's
+    sweeps do with a latency threshold, a point counts as *stable* when its mean packet latency
+    is at most ``latency_factor`` times the zero-load latency (the latency of the lowest rate of
+    the sweep), when it delivered packets, and when it accepted at least 90 % of what it offered
+    (``not NocResult.saturated``). The saturation throughput is the largest accepted throughput
+    (flits/node/cycle) over the stable points below the first unstable one; if every point is
+    stable, the sweep did not reach saturation and the largest accepted throughput is returned.
+
+    Parameters
+    ----------
+    topology, traffic : str
+        As for :func:`simulate_noc`.
+    rates : sequence of float
+        Offered loads in flits/node/cycle (sorted ascending here; default 0.02, 0.04, .., 1.0).
+        The lowest should be well below saturation: it defines the zero-load latency.
+    jobs : int, optional
+        Worker processes for :func:`sweep_noc`.
+    latency_factor : float
+        Latency threshold as a multiple of the zero-load latency (> 1, default 3).
+    progress : callable, optional
+        ``progress(done, total)``, as for :func:`sweep_noc`.
+    **kw
+        Further :func:`simulate_noc` arguments (``packet_flits``, ``cycles``, ``warmup``,
+        ``seed``, ``params``, ``hotspot_fraction``); ``rate`` and ``batch_packets`` are not
+        allowed.
+
+    Returns
+    -------
+    (float, list of NocResult)
+        The saturation throughput and the results per rate, in ascending rate order.
+
+    Example
+    -------
+    >>> sat, curve = saturation_throughput("mesh-4x4", "uniform", rates=[0.1, 0.4, 0.8])
+    """
+    for name in ("rate", "batch_packets", "topology", "traffic"):
+        if name in kw:
+            raise ValueError(
+                f"saturation_throughput sweeps open-loop rates; remove {name!r} from the keyword "
+                f"arguments (pass offered loads as `rates`)"
+            )
+    rates = sorted(float(rate) for rate in rates)
+    if not rates:
+        raise ValueError("rates must hold at least one offered load in (0, 1]")
+    if not latency_factor > 1:
+        raise ValueError(f"latency_factor must be > 1, got {latency_factor!r}")
+    points = [dict(topology=topology, traffic=traffic, rate=rate, **kw) for rate in rates]
+    results = sweep_noc(points, jobs=jobs, progress=progress)
+    zero_load = results[0].avg_packet_latency
+    best = 0.0
+    for result in results:
+        stable = (
+            not result.saturated
+            and math.isfinite(result.avg_packet_latency)
+            and result.avg_packet_latency <= latency_factor * zero_load
+        )
+        if not stable:
+            break
+        best = max(best, result.accepted_throughput)
+    else:
+        best = max(result.accepted_throughput for result in results)
+    return best, results
+
+
+def channel_loads(
+    topology: str, traffic: str, *, hotspot_fraction: float = 0.2
+) -> tuple[np.ndarray, np.ndarray]:
+    """Expected flits per cycle on every link and ejection port per unit injection rate.
+
+    The loads follow the XY routes and the destination distributions that :func:`simulate_noc`
+    uses (``"uniform"`` picks any *other* node; see the module docstring), with every node
+    injecting 1 flit/cycle.
+
+    Returns
+    -------
+    (numpy.ndarray, numpy.ndarray)
+        Per-link loads (indexed by link id of the mesh) and per-node ejection loads.
+    """
+    rows, cols = _parse_topology(topology)
+    demand = _demand_matrix(rows, cols, traffic, hotspot_fraction)
+    network = _mesh_network(rows, cols)
+    offsets, pair_links = network["pair_offsets"], network["pair_links"]
+    pair_of_link = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+    link_load = np.bincount(
+        pair_links, weights=demand.ravel()[pair_of_link], minlength=len(network["link_src"])
+    )
+    return link_load, demand.sum(axis=0)
+
+
+def ideal_throughput(topology: str, traffic: str, *, hotspot_fraction: float = 0.2) -> float:
+    """Channel-load bound on the throughput of XY (dimension-order) routing, flits/node/cycle.
+
+    With every node injecting ``r`` flits/cycle, a channel carries ``r * load``; links, the
+    injection and the ejection ports each move at most 1 flit/cycle, so the network cannot
+    accept more than ``1 / max(load)`` (Dally & Towles, ch. 3). Loads are summed over the
+    actual XY routes (:func:`channel_loads`).
+
+    Closed forms on a ``k x k`` mesh with ``N = k * k`` nodes: uniform traffic, with destinations
+    drawn among the ``N - 1`` other nodes as :func:`simulate_noc` does, ``4 / k * (N - 1) / N``
+    for even ``k`` (the textbook ``4 / k`` counts a node as its own destination too: 0.9375 on
+    4x4 instead of 1, 0.4922 on 8x8 instead of 0.5); transpose ``1 / (k - 1)`` (the last row's
+    link next to the diagonal carries the X legs of ``k - 1`` sources); bitcomp ``2 / k``.
+
+    Parameters
+    ----------
+    topology, traffic : str
+        As for :func:`simulate_noc`.
+    hotspot_fraction : float
+        As for :func:`simulate_noc` (``"hotspot"`` traffic only).
+
+    Returns
+    -------
+    float
+        The bound in flits/node/cycle, at most 1.
+    """
+    link_load, ejection_load = channel_loads(topology, traffic, hotspot_fraction=hotspot_fraction)
+    worst = max(1.0, float(link_load.max(initial=0.0)), float(ejection_load.max()))
+    return 1.0 / worst
+
+
+def mean_zero_load_latency(
+    topology: str,
+    traffic: str,
+    packet_flits: int = 4,
+    params: FlitParams | None = None,
+    *,
+    hotspot_fraction: float = 0.2,
+) -> float:
+    """Closed-form mean zero-load packet latency of :func:`simulate_noc` traffic, in cycles.
+
+    :meth:`FlitParams.zero_load_latency` averaged over the packets' XY hop counts (1-cycle
+    links), weighted by the destination distribution of ``traffic``; every node injects at the
+    same rate, so each source weighs the same.
+
+    Parameters
+    ----------
+    topology, traffic, packet_flits, params, hotspot_fraction
+        As for :func:`simulate_noc`.
+
+    Returns
+    -------
+    float
+    """
+    rows, cols = _parse_topology(topology)
+    params = replace(params or FlitParams(), packet_flits=packet_flits)
+    demand = _demand_matrix(rows, cols, traffic, hotspot_fraction)
+    hops = np.diff(_mesh_network(rows, cols)["pair_offsets"]).reshape(demand.shape)
+    mean_hops = float((demand * hops).sum()) / demand.shape[0]
+    return params.zero_load_latency(0, 0.0) + mean_hops * (params.router_delay + 1)
+
+
+def _demand_matrix(rows: int, cols: int, traffic: str, hotspot_fraction: float) -> np.ndarray:
+    """``[src, dst]`` probability that a packet of ``src`` goes to ``dst`` (rows sum to 1)."""
+    if traffic not in TRAFFIC_PATTERNS:
+        valid = ", ".join(repr(name) for name in TRAFFIC_PATTERNS)
+        raise ValueError(f"unknown traffic pattern {traffic!r}; expected one of {valid}")
+    if not 0 <= hotspot_fraction <= 1:
+        raise ValueError(f"hotspot_fraction must be in [0, 1], got {hotspot_fraction!r}")
+    nodes = rows * cols
+    xy = _mesh_network(rows, cols)["coordinates"].tolist()
+    at = {tuple(coordinate): node for node, coordinate in enumerate(xy)}
+    demand = np.zeros((nodes, nodes))
+    if traffic in ("transpose", "bitcomp"):
+        if traffic == "transpose" and rows != cols:
+            raise ValueError(
+                f"transpose traffic needs a square mesh, got 'mesh-{rows}x{cols}'; use e.g. "
+                f"'mesh-{rows}x{rows}' or another pattern"
+            )
+        for src, (x, y) in enumerate(xy):
+            dst = at[(y, x)] if traffic == "transpose" else at[(cols - 1 - x, rows - 1 - y)]
+            demand[src, dst] = 1.0
+        return demand
+    if nodes == 1:
+        demand[0, 0] = 1.0
+        return demand
+    demand[:] = 1.0 / (nodes - 1)
+    np.fill_diagonal(demand, 0.0)
+    if traffic == "hotspot":
+        hotspot = at[(cols // 2, rows // 2)]
+        others = np.arange(nodes) != hotspot
+        demand[others] *= 1.0 - hotspot_fraction
+        demand[others, hotspot] += hotspot_fraction
+    return demand
+
+
+def _checked_point(index: int, point: Any) -> dict:
+    if not isinstance(point, Mapping):
+        raise TypeError(
+            f"sweep point {index} must be a dict of simulate_noc keyword arguments, got "
+            f"{type(point).__name__}"
+        )
+    valid = _simulate_noc_parameters()
+    unknown = [key for key in point if key not in valid]
+    if unknown:
+        raise ValueError(
+            f"sweep point {index} has unknown key(s) {', '.join(map(repr, unknown))}; "
+            f"simulate_noc accepts {', '.join(valid)}"
+        )
+    return dict(point)
+
+
+@functools.lru_cache(maxsize=1)
+def _simulate_noc_parameters() -> tuple[str, ...]:
+    return tuple(inspect.signature(simulate_noc).parameters)
+
+
+def _simulate_point(point: dict) -> NocResult:
+    return simulate_noc(**point)
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _stop_pool(executor: concurrent.futures.ProcessPoolExecutor) -> None:
+    """Cancel pending work, stop running workers and join them all."""
+    # ProcessPoolExecutor (Python < 3.14) has no public way to stop busy workers.
+    workers = list((getattr(executor, "_processes", None) or {}).values())
+    executor.shutdown(wait=False, cancel_futures=True)
+    for worker in workers:
+        if worker.is_alive():
+            worker.terminate()
+    for worker in workers:
+        worker.join()
+    executor.shutdown(wait=True)

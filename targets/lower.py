@@ -9,11 +9,14 @@ import time
 import onnx
 import tvm
 
+from tvm_chiplet.passes.analysis.graph import OpGraph
+from tvm_chiplet.passes.analysis.lower_bound import lower_bound
 from tvm_chiplet.passes.analysis.segments import SegmentSchedule, read_segments
 from tvm_chiplet.passes.annotate_placement import ATTR_PLACEMENT
 from tvm_chiplet.passes.pipeline import get_pipeline
 from tvm_chiplet.passes.planners import Planner
 from tvm_chiplet.runtime.artifact import ChipletModule
+from tvm_chiplet.runtime.profile import simulate_workload
 from tvm_chiplet.targets.system import ChipletSystem
 from tvm_chiplet.targets.target import ChipletTarget, parse_target
 from tvm_chiplet.targets.topology import Topology
@@ -66,6 +69,28 @@ def describe_plan(schedule: SegmentSchedule, system: ChipletSystem, strategy: st
     }
 
 
+ESTIMATE_BATCHES = (1, 64)
+
+
+def estimate_plan(plan: dict, system: ChipletSystem, network: str = "flow") -> list[dict]:
+    """Simulated cycles of a plan at batch 1 and 64 against the physical lower bound."""
+    graph = OpGraph.from_tasks(plan["tasks"])
+    rows = []
+    for batches in ESTIMATE_BATCHES:
+        sim = simulate_workload(plan["tasks"], plan["messages"], system, batches, network)
+        bound = lower_bound(graph, system, batches, weights_preloaded=True)
+        rows.append({
+            "batches": batches,
+            "network": network,
+            "simulated_cycles": float(sim.total_cycles),
+            "throughput_per_s": float(sim.throughput_per_cycle) * system.frequency_hz,
+            "bound_cycles": bound.bound_cycles,
+            "bound_binding": bound.binding,
+            "ratio_to_bound": bound.ratio(sim.total_cycles),
+        })
+    return rows
+
+
 def build(
     model: str | os.PathLike | onnx.ModelProto | tvm.IRModule,
     target: str | tvm.target.Target | ChipletTarget = "chiplet/mesh-4x4",
@@ -113,6 +138,7 @@ def build(
         placement = json.loads(str(partitioned.attrs[ATTR_PLACEMENT]))
         plan["strategy"] = placement["strategy"]
         plan["placement"] = placement
+    plan["estimate"] = estimate_plan(plan, chiplet_target.system)
     plan["compile_seconds"] = {
         "plan": plan_time,
         "total": time.perf_counter() - started,

@@ -43,6 +43,16 @@ def cmd_compile(args: argparse.Namespace) -> int:
         f"{len(plan['clusters_used'])} clusters, {len(plan['transfers'])} transfers "
         f"-> {args.output}"
     )
+    for row in plan.get("placement", {}).get("notes", {}).get("auto", {}).get("candidates", []):
+        print(f"  candidate {row['strategy']}: " + (
+            f"skipped ({row['skipped']})" if "skipped" in row else
+            f"{row['throughput_per_cycle'] * target.system.frequency_hz:.1f} inf/s"))
+    for row in plan["estimate"]:
+        print(
+            f"  simulated ({row['network']}), {row['batches']} input(s): "
+            f"{row['simulated_cycles']:.0f} cycles, {row['throughput_per_s']:.1f} inf/s, "
+            f"{row['ratio_to_bound']:.2f}x the lower bound ({row['bound_binding']})"
+        )
     return 0
 
 

@@ -60,6 +60,20 @@ class OpGraph:
     input_uses: list[list[int]] = field(default_factory=list)
     output_ops: list[int] = field(default_factory=list)
 
+    @classmethod
+    def from_tasks(cls, tasks: list[dict]) -> OpGraph:
+        """The compute-op graph of a compiled plan's ``tasks`` (as in ``plan.json``)."""
+        graph = nx.DiGraph()
+        ops = []
+        for index, task in enumerate(tasks):
+            moved, weights = int(task["bytes_moved"]), int(task["weight_bytes"])
+            ops.append(OpNode(index, task["name"], "call_tir", float(task["flops"]),
+                              moved - weights, 0, weights))
+            graph.add_node(index)
+            for producer, nbytes in task["deps"]:
+                graph.add_edge(producer, index, nbytes=int(nbytes))
+        return cls(ops=ops, graph=graph)
+
     def __len__(self) -> int:
         return len(self.ops)
 
