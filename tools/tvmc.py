@@ -149,14 +149,37 @@ def cmd_model(args: argparse.Namespace) -> int:
 def cmd_simulate_noc(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from tvm_chiplet.runtime.noc import simulate_noc
+    from tvm_chiplet.runtime.noc import simulate_noc, sweep_noc
 
-    result = simulate_noc(
-        topology=args.topology, traffic=args.traffic, packet_flits=args.packet_size,
-        rate=args.rate, cycles=args.cycles, warmup=args.warmup, seed=args.seed,
-        batch_packets=args.batch_packets,
-    )
-    fields = dataclasses.asdict(result)
+    common = {
+        "topology": args.topology, "traffic": args.traffic, "packet_flits": args.packet_size,
+        "cycles": args.cycles, "warmup": args.warmup, "seed": args.seed,
+        "batch_packets": args.batch_packets,
+    }
+    if args.rates:
+        try:
+            rates = [float(r) for r in args.rates.split(",") if r.strip()]
+        except ValueError:
+            raise ValueError(
+                f"--rates expects comma-separated numbers, got {args.rates!r}"
+            ) from None
+        results = sweep_noc(
+            [{**common, "rate": rate} for rate in rates], jobs=args.jobs,
+            progress=lambda done, total: print(f"[simulate-noc] {done}/{total}",
+                                               file=sys.stderr, flush=True),
+        )
+        rows = [{"rate": rate, **dataclasses.asdict(r)} for rate, r in zip(rates, results,
+                                                                           strict=True)]
+        if args.json:
+            print(json.dumps(rows, indent=1, default=float))
+        else:
+            print(f"{'offered':>8} {'accepted':>9} {'latency':>9} {'network lat':>11} saturated")
+            for row in rows:
+                print(f"{row['rate']:8.3f} {row['accepted_throughput']:9.4f} "
+                      f"{row['avg_packet_latency']:9.1f} {row['avg_network_latency']:11.1f} "
+                      f"{row['saturated']}")
+        return 0
+    fields = dataclasses.asdict(simulate_noc(rate=args.rate, **common))
     if args.json:
         print(json.dumps(fields, indent=1, default=float))
     else:
@@ -210,6 +233,8 @@ def make_parser() -> argparse.ArgumentParser:
     noc.add_argument("--seed", type=int, default=0)
     noc.add_argument("--batch-packets", type=int,
                      help="batch mode: each node sends K packets, then drain")
+    noc.add_argument("--rates", help="sweep: comma-separated rates, run in parallel processes")
+    noc.add_argument("--jobs", type=int, help="processes for --rates (default: all cores)")
     noc.add_argument("--json", action="store_true")
     noc.set_defaults(func=cmd_simulate_noc)
 

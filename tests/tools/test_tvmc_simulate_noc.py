@@ -27,3 +27,13 @@ def test_run_with_flit_network(tmp_path, capsys):
                  "-o", str(tmp_path / "c.tar")]) == 0
     assert main(["run", str(tmp_path / "c.tar"), "--network", "flit", "--print-time"]) == 0
     assert "device:" in capsys.readouterr().out
+
+
+def test_rate_sweep_runs_each_rate_and_reports_in_order(capsys):
+    assert main(["simulate-noc", "--topology", "mesh-4x4", "--rates", "0.02,0.05",
+                 "--cycles", "2000", "--warmup", "200", "--jobs", "1", "--json"]) == 0
+    captured = capsys.readouterr()
+    rows = json.loads(captured.out)
+    assert [row["rate"] for row in rows] == [0.02, 0.05]
+    assert rows[0]["accepted_throughput"] < rows[1]["accepted_throughput"]
+    assert "[simulate-noc] 2/2" in captured.err
