@@ -1,7 +1,7 @@
 /*!
  * \file ffi_api.cc
  * \brief tvm-ffi entry points of the simulator: `chiplet.sim.run`, `chiplet.sim.run_flit`,
- *        `chiplet.sim.network_models`.
+ *        `chiplet.sim.start` (a simulation run in slices) and `chiplet.sim.network_models`.
  *
  * Arrays come in as DLPack tensors (numpy through tvm_ffi) and are checked here; results are
  * written into caller-allocated float64 arrays.
@@ -15,7 +15,11 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
+#include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "flit_network.h"
 #include "network_model.h"
@@ -60,12 +64,23 @@ double* MutableData(const TensorView& array) { return static_cast<double*>(array
 using ModelFactory =
     std::function<std::unique_ptr<NetworkModel>(const NetworkSpec& spec, int64_t batches)>;
 
-int64_t RunModel(TensorView task_cluster, TensorView task_cycles, int64_t num_clusters,
+/*! \brief A checked simulation and everything it points into. */
+struct RunState {
+  std::vector<tvm::ffi::Tensor> arrays;  // keeps borrowed arrays alive (may be empty)
+  NetworkSpec spec;
+  TaskGraph graph;
+  SimulationOutput out;
+  std::unique_ptr<NetworkModel> model;
+  std::unique_ptr<Simulation> simulation;
+  int64_t total_tasks = 0;
+};
+
+void Prepare(TensorView task_cluster, TensorView task_cycles, int64_t num_clusters,
                  TensorView message_src, TensorView message_dst, TensorView message_bytes,
                  TensorView route_offsets, TensorView route_links, TensorView link_bandwidth,
                  TensorView link_latency, int64_t batches, const ModelFactory& make_model,
                  TensorView task_start, TensorView task_end, TensorView message_arrival,
-                 TensorView link_busy) {
+                 TensorView link_busy, RunState* state) {
   CheckArray(task_cluster, "task_cluster", kDLInt, -1);
   int64_t num_tasks = task_cluster.size(0);
   CheckArray(task_cycles, "task_cycles", kDLFloat, num_tasks);
@@ -125,7 +140,7 @@ int64_t RunModel(TensorView task_cluster, TensorView task_cycles, int64_t num_cl
         << "link " << l << " has latency " << latency[l] << ", expected a finite value >= 0";
   }
 
-  NetworkSpec spec;
+  NetworkSpec& spec = state->spec;
   spec.num_links = num_links;
   spec.link_bandwidth = bandwidth;
   spec.link_latency = latency;
@@ -133,9 +148,9 @@ int64_t RunModel(TensorView task_cluster, TensorView task_cycles, int64_t num_cl
   spec.message_bytes = bytes;
   spec.route_offsets = offsets;
   spec.route_links = links;
-  std::unique_ptr<NetworkModel> model = make_model(spec, batches);
+  state->model = make_model(spec, batches);
 
-  TaskGraph graph;
+  TaskGraph& graph = state->graph;
   graph.num_tasks = num_tasks;
   graph.num_clusters = num_clusters;
   graph.task_cluster = clusters;
@@ -144,12 +159,28 @@ int64_t RunModel(TensorView task_cluster, TensorView task_cycles, int64_t num_cl
   graph.message_src = src;
   graph.message_dst = dst;
 
-  SimulationOutput out;
+  SimulationOutput& out = state->out;
   out.task_start = MutableData(task_start);
   out.task_end = MutableData(task_end);
   out.message_arrival = MutableData(message_arrival);
   out.link_busy = MutableData(link_busy);
-  return Simulate(graph, spec, batches, model.get(), out);
+  state->total_tasks = batches * num_tasks;
+  state->simulation =
+      std::make_unique<Simulation>(graph, spec, batches, state->model.get(), out);
+}
+
+int64_t RunModel(TensorView task_cluster, TensorView task_cycles, int64_t num_clusters,
+                 TensorView message_src, TensorView message_dst, TensorView message_bytes,
+                 TensorView route_offsets, TensorView route_links, TensorView link_bandwidth,
+                 TensorView link_latency, int64_t batches, const ModelFactory& make_model,
+                 TensorView task_start, TensorView task_end, TensorView message_arrival,
+                 TensorView link_busy) {
+  RunState state;
+  Prepare(task_cluster, task_cycles, num_clusters, message_src, message_dst, message_bytes,
+          route_offsets, route_links, link_bandwidth, link_latency, batches, make_model,
+          task_start, task_end, message_arrival, link_busy, &state);
+  state.simulation->Run(std::numeric_limits<double>::infinity());
+  return state.simulation->FinishedTasks();
 }
 
 int64_t Run(TensorView task_cluster, TensorView task_cycles, int64_t num_clusters,
@@ -182,6 +213,54 @@ int64_t RunFlit(TensorView task_cluster, TensorView task_cycles, int64_t num_clu
       task_start, task_end, message_arrival, link_busy);
 }
 
+/*!
+ * \brief Check the inputs and return a stepper `step(max_seconds) -> [done, finished task
+ *  instances, simulated cycles]` that runs the simulation for about `max_seconds` of wall time
+ *  per call, so that the caller can report progress and stop between calls (dropping the
+ *  stepper frees the simulation). `network` is a name of NetworkModelNames() or "flit", which
+ *  reads `flit_params` (FlitParams::FromArray), `flit_bytes` and `skip_dead_cycles`.
+ */
+tvm::ffi::Function Start(tvm::ffi::Tensor task_cluster, tvm::ffi::Tensor task_cycles,
+                         int64_t num_clusters, tvm::ffi::Tensor message_src,
+                         tvm::ffi::Tensor message_dst, tvm::ffi::Tensor message_bytes,
+                         tvm::ffi::Tensor route_offsets, tvm::ffi::Tensor route_links,
+                         tvm::ffi::Tensor link_bandwidth, tvm::ffi::Tensor link_latency,
+                         int64_t batches, tvm::ffi::String network, tvm::ffi::Tensor flit_params,
+                         double flit_bytes, bool skip_dead_cycles, tvm::ffi::Tensor task_start,
+                         tvm::ffi::Tensor task_end, tvm::ffi::Tensor message_arrival,
+                         tvm::ffi::Tensor link_busy) {
+  auto state = std::make_shared<RunState>();
+  state->arrays = {task_cluster,  task_cycles,  message_src,    message_dst,     message_bytes,
+                   route_offsets, route_links,  link_bandwidth, link_latency,    flit_params,
+                   task_start,    task_end,     message_arrival, link_busy};
+  std::string name(network);
+  ModelFactory make_model;
+  if (name == "flit") {
+    CheckArray(flit_params, "flit_params", kDLInt, FlitParams::kIntCount);
+    FlitParams params = FlitParams::FromArray(Data<int64_t>(flit_params), flit_bytes);
+    make_model = [params, skip_dead_cycles](const NetworkSpec& spec, int64_t b) {
+      return MakeFlitNetwork(spec, b, params, skip_dead_cycles);
+    };
+  } else {
+    make_model = [name](const NetworkSpec& spec, int64_t b) {
+      return MakeNetworkModel(name, spec, b);
+    };
+  }
+  Prepare(task_cluster, task_cycles, num_clusters, message_src, message_dst, message_bytes,
+          route_offsets, route_links, link_bandwidth, link_latency, batches, make_model,
+          task_start, task_end, message_arrival, link_busy, state.get());
+  return tvm::ffi::Function::FromTyped([state](double max_seconds) {
+    TVM_FFI_CHECK(max_seconds > 0.0, ValueError)
+        << "max_seconds must be > 0, got " << max_seconds;
+    bool done = state->simulation->Run(max_seconds);
+    tvm::ffi::Array<double> status;
+    status.push_back(done ? 1.0 : 0.0);
+    status.push_back(static_cast<double>(state->simulation->FinishedTasks()));
+    status.push_back(state->simulation->Now());
+    return status;
+  });
+}
+
 tvm::ffi::Array<tvm::ffi::String> NetworkModels() {
   tvm::ffi::Array<tvm::ffi::String> names;
   for (const std::string& name : NetworkModelNames()) names.push_back(name);
@@ -194,6 +273,7 @@ TVM_FFI_STATIC_INIT_BLOCK() {
   tvm::ffi::reflection::GlobalDef()
       .def("chiplet.sim.run", Run)
       .def("chiplet.sim.run_flit", RunFlit)
+      .def("chiplet.sim.start", Start)
       .def("chiplet.sim.network_models", NetworkModels);
 }
 

@@ -63,6 +63,10 @@ FlitCore::FlitCore(FlitLinks links, const FlitParams& params)
   source_queue_.resize(links_.num_nodes);
   inject_flit_.assign(links_.num_nodes, 0);
   inject_vc_.assign(links_.num_nodes, -1);
+  vc_nonempty_.assign((units * num_vcs_ + 63) / 64, 0);
+  unit_nonempty_.assign((units + 63) / 64, 0);
+  unit_flits_.assign(units, 0);
+  queue_nonempty_.assign((links_.num_nodes + 63) / 64, 0);
   // Quiet periods of a live network are bounded by a link and pipeline round trip.
   deadlock_limit_ = params_.deadlock_cycles + 2 * max_latency + params_.routing_delay +
                     params_.vc_alloc_delay + params_.switch_alloc_delay +
@@ -77,6 +81,7 @@ int64_t FlitCore::AddPacket(int64_t src, int64_t dst, const int64_t* route, int6
                       std::max(created, cycle_), -1, tag});
   route_store_.insert(route_store_.end(), route, route + hops);
   source_queue_[src].push_back(id);
+  SetBit(&queue_nonempty_, src);
   ++queued_packets_;
   return id;
 }
@@ -94,23 +99,129 @@ void FlitCore::SkipTo(int64_t cycle) {
   }
 }
 
+int64_t FlitCore::NextBusyCycle() const {
+  const int64_t now = cycle_;
+  int64_t next = kNever;
+  if (!ejecting_.empty()) {
+    if (ejecting_.front().first <= now) return now;
+    next = ejecting_.front().first;
+  }
+  int64_t depth = params_.vc_buffer_flits;
+  int64_t nodes = links_.num_nodes;
+  for (int64_t node = NextSet(queue_nonempty_, 0, nodes); node < nodes;
+       node = NextSet(queue_nonempty_, node + 1, nodes)) {
+    const Packet& p = packets_[source_queue_[node].front()];
+    if (p.created > now) {
+      next = std::min(next, p.created);
+      continue;
+    }
+    // Injection waits only for room in an injection VC, which a switch grant frees.
+    int64_t unit = num_links_ + node;
+    for (int64_t v = 0; v < num_vcs_; ++v) {
+      if ((inject_vc_[node] < 0 || inject_vc_[node] == v) && vcs_[unit * num_vcs_ + v].count < depth) {
+        return now;
+      }
+    }
+  }
+  int64_t next_credit = -1;  // computed on first use
+  int64_t total = static_cast<int64_t>(vcs_.size());
+  for (int64_t i = NextSet(vc_nonempty_, 0, total); i < total;
+       i = NextSet(vc_nonempty_, i + 1, total)) {
+    const InputVc& vc = vcs_[i];
+    if (vc.out_port < 0) {
+      if (vc.head_ready > now) {
+        next = std::min(next, vc.head_ready);
+        continue;
+      }
+      // A head that finds every VC of its output taken waits for a tail to leave (a move).
+      int64_t out = NextOutput(vc.Front());
+      if (out >= num_links_) return now;
+      for (int64_t w = 0; w < num_vcs_; ++w) {
+        if (!out_vc_busy_[out * num_vcs_ + w]) return now;
+      }
+      continue;
+    }
+    int64_t ready = std::max(vc.sa_ready, vc.Front().arrival);
+    int64_t out = vc.out_port;
+    if (out < num_links_) {
+      ready = std::max(ready, link_free_at_[out]);
+      if (credits_[out * num_vcs_ + vc.out_vc] == 0) {
+        // The credit comes back with the wheel (no earlier than its next due credit) or after
+        // a move downstream; both bound the wait from below.
+        if (next_credit < 0) {
+          next_credit = kNever;
+          int64_t size = static_cast<int64_t>(credit_wheel_.size());
+          for (int64_t d = 0; d < size && credits_pending_ > 0; ++d) {
+            if (!credit_wheel_[(now + d) % size].empty()) {
+              next_credit = now + d;
+              break;
+            }
+          }
+        }
+        ready = std::max(ready, next_credit);
+      }
+    }
+    if (ready <= now) return now;
+    next = std::min(next, ready);
+  }
+  return next;
+}
+
+void FlitCore::SkipDeadCycles(int64_t limit) {
+  // Only returning credits: a few cycles, stepped (keeps Idle() and SkipTo exact).
+  if (buffered_flits_ == 0 && queued_packets_ == 0 && ejecting_.empty()) return;
+  int64_t target = std::min(NextBusyCycle(), limit);
+  if (target <= cycle_) return;
+  if (buffered_flits_ > 0 && target - 1 - last_move_ > deadlock_limit_) {
+    // Stepping would stop at the first cycle past the limit; report it as that cycle.
+    cycle_ = std::max(cycle_, last_move_ + deadlock_limit_ + 1);
+    ReportDeadlock();
+  }
+  int64_t size = static_cast<int64_t>(credit_wheel_.size());
+  for (int64_t c = cycle_; c < target && c < cycle_ + size && credits_pending_ > 0; ++c) {
+    std::vector<int64_t>& due = credit_wheel_[c % size];
+    for (int64_t out_vc : due) ++credits_[out_vc];
+    credits_pending_ -= static_cast<int64_t>(due.size());
+    due.clear();
+  }
+  cycle_ = target;
+}
+
 int64_t FlitCore::NextOutput(const Flit& flit) const {
   const Packet& p = packets_[flit.packet];
   if (flit.hop < p.hops) return route_store_[p.route_begin + flit.hop];
   return num_links_ + p.dst;  // ejection port
 }
 
-void FlitCore::Push(InputVc* vc, const Flit& flit) {
+int64_t FlitCore::NextSet(const std::vector<uint64_t>& bits, int64_t from, int64_t end) {
+  while (from < end) {
+    uint64_t word = bits[from >> 6] >> (from & 63);
+    if (word != 0) return std::min(end, from + static_cast<int64_t>(__builtin_ctzll(word)));
+    from = (from | 63) + 1;
+  }
+  return end;
+}
+
+void FlitCore::Push(int64_t index, const Flit& flit) {
+  InputVc* vc = &vcs_[index];
   int64_t depth = params_.vc_buffer_flits;
   vc->ring[(vc->start + vc->count) % depth] = flit;
-  if (vc->count++ == 0 && flit.head) vc->head_ready = flit.arrival + params_.routing_delay;
+  if (vc->count++ == 0) {
+    if (flit.head) vc->head_ready = flit.arrival + params_.routing_delay;
+    SetBit(&vc_nonempty_, index);
+  }
+  int64_t unit = index / num_vcs_;
+  if (unit_flits_[unit]++ == 0) SetBit(&unit_nonempty_, unit);
   ++buffered_flits_;
 }
 
-void FlitCore::Pop(InputVc* vc, int64_t now) {
+void FlitCore::Pop(int64_t index, int64_t now) {
+  InputVc* vc = &vcs_[index];
   bool tail = vc->Front().tail;
   vc->start = (vc->start + 1) % params_.vc_buffer_flits;
-  --vc->count;
+  if (--vc->count == 0) ClearBit(&vc_nonempty_, index);
+  int64_t unit = index / num_vcs_;
+  if (--unit_flits_[unit] == 0) ClearBit(&unit_nonempty_, unit);
   --buffered_flits_;
   if (tail) {
     vc->out_port = -1;
@@ -141,15 +252,16 @@ void FlitCore::Inject(int64_t node) {
     }
     if (inject_vc_[node] < 0) return;
   }
-  InputVc& vc = Vc(unit, inject_vc_[node]);
-  if (vc.count >= params_.vc_buffer_flits) return;
+  int64_t index = unit * num_vcs_ + inject_vc_[node];
+  if (vcs_[index].count >= params_.vc_buffer_flits) return;
   int64_t k = inject_flit_[node];
   if (k == 0) p.injected = cycle_;
   bool tail = k + 1 == p.flits;
-  Push(&vc, {static_cast<int32_t>(queue.front()), 0, cycle_, k == 0, tail});
+  Push(index, {static_cast<int32_t>(queue.front()), 0, cycle_, k == 0, tail});
   last_move_ = cycle_;
   if (tail) {
     queue.pop_front();
+    if (queue.empty()) ClearBit(&queue_nonempty_, node);
     --queued_packets_;
     inject_flit_[node] = 0;
     inject_vc_[node] = -1;
@@ -162,14 +274,25 @@ void FlitCore::Inject(int64_t node) {
 void FlitCore::AllocateVcs() {
   int64_t total = static_cast<int64_t>(vcs_.size());
   int64_t first = cycle_ % total;
-  for (int64_t i = 0; i < total; ++i) {
-    InputVc& vc = vcs_[(first + i) % total];
-    if (vc.count == 0 || vc.out_port >= 0 || vc.head_ready > cycle_) continue;
+  // Non-empty VCs from `first` to the end, then from 0 to `first`.
+  for (int pass = 0; pass < 2; ++pass) {
+    int64_t end = pass == 0 ? total : first;
+    for (int64_t i = NextSet(vc_nonempty_, pass == 0 ? first : 0, end); i < end;
+         i = NextSet(vc_nonempty_, i + 1, end)) {
+      AllocateVc(&vcs_[i]);
+    }
+  }
+}
+
+void FlitCore::AllocateVc(InputVc* vc_pointer) {
+  InputVc& vc = *vc_pointer;
+  {
+    if (vc.count == 0 || vc.out_port >= 0 || vc.head_ready > cycle_) return;
     int64_t out = NextOutput(vc.Front());
     if (out >= num_links_) {
       vc.out_port = out;
       vc.sa_ready = cycle_ + params_.vc_alloc_delay;
-      continue;
+      return;
     }
     // Of the free VCs, take the emptiest downstream (most credits), so a packet rarely waits
     // behind the tail of the one before it.
@@ -195,9 +318,18 @@ void FlitCore::AllocateVcs() {
 void FlitCore::AllocateSwitch() {
   int64_t units = NumUnits();
   int64_t first = cycle_ % units;
+  for (int pass = 0; pass < 2; ++pass) {
+    int64_t end = pass == 0 ? units : first;
+    for (int64_t unit = NextSet(unit_nonempty_, pass == 0 ? first : 0, end); unit < end;
+         unit = NextSet(unit_nonempty_, unit + 1, end)) {
+      SwitchUnit(unit);
+    }
+  }
+}
+
+void FlitCore::SwitchUnit(int64_t unit) {
   int64_t to_switch_end = params_.switch_alloc_delay + params_.switch_traversal_delay;
-  for (int64_t i = 0; i < units; ++i) {
-    int64_t unit = (first + i) % units;
+  {
     for (int64_t k = 0; k < num_vcs_; ++k) {
       int64_t v = (unit_rr_[unit] + k) % num_vcs_;
       InputVc& vc = Vc(unit, v);
@@ -212,7 +344,7 @@ void FlitCore::AllocateSwitch() {
       }
       out_granted_at_[out] = cycle_;
       int64_t out_vc = vc.out_vc;
-      Pop(&vc, cycle_);
+      Pop(unit * num_vcs_ + v, cycle_);
       if (unit < num_links_) {
         int64_t delay = std::max<int64_t>(1, links_.latency[unit]);
         credit_wheel_[(cycle_ + delay) % credit_wheel_.size()].push_back(unit * num_vcs_ + v);
@@ -224,7 +356,7 @@ void FlitCore::AllocateSwitch() {
         ++link_flits_[out];
         if (flit.tail) out_vc_busy_[out * num_vcs_ + out_vc] = false;
         int64_t arrival = cycle_ + to_switch_end + links_.latency[out];
-        Push(&Vc(out, out_vc), {flit.packet, flit.hop + 1, arrival, flit.head, flit.tail});
+        Push(out * num_vcs_ + out_vc, {flit.packet, flit.hop + 1, arrival, flit.head, flit.tail});
       } else {
         ejecting_.emplace_back(cycle_ + to_switch_end - 1, flit.packet);
         ejecting_tail_.push_back(flit.tail);
@@ -241,7 +373,11 @@ int64_t FlitCore::Step(std::vector<Ejection>* ejected) {
   for (int64_t out_vc : due) ++credits_[out_vc];
   credits_pending_ -= static_cast<int64_t>(due.size());
   due.clear();
-  for (int64_t node = 0; node < links_.num_nodes; ++node) Inject(node);
+  int64_t nodes = links_.num_nodes;
+  for (int64_t node = NextSet(queue_nonempty_, 0, nodes); node < nodes;
+       node = NextSet(queue_nonempty_, node + 1, nodes)) {
+    Inject(node);
+  }
   AllocateVcs();
   AllocateSwitch();
   int64_t flits = 0;
@@ -329,9 +465,11 @@ FlitLinks InferLinks(const NetworkSpec& spec, double flit_bytes) {
 
 class FlitNetwork : public NetworkModel {
  public:
-  FlitNetwork(const NetworkSpec& spec, int64_t batches, const FlitParams& params)
+  FlitNetwork(const NetworkSpec& spec, int64_t batches, const FlitParams& params,
+              bool skip_dead_cycles)
       : spec_(spec),
         params_(params),
+        skip_dead_cycles_(skip_dead_cycles),
         core_(InferLinks(spec, params.flit_bytes), params),
         packets_left_(spec.num_messages * batches, 0) {}
 
@@ -359,16 +497,29 @@ class FlitNetwork : public NetworkModel {
   }
 
   void AdvanceTo(double t, std::vector<Delivery>* delivered) final {
-    while (!core_.Idle() && static_cast<double>(core_.Cycle() + 1) <= t) {
-      ejected_.clear();
-      core_.Step(&ejected_);
-      for (const Ejection& e : ejected_) {
-        int64_t message = core_.GetPacket(e.packet).tag;
-        if (--packets_left_[message] == 0) {
-          delivered->push_back({message, static_cast<double>(e.cycle + 1)});
-        }
+    while (!core_.Idle() && static_cast<double>(core_.Cycle() + 1) <= t) StepCycle(delivered);
+  }
+
+  // Steps cycle after cycle (the same cycles the event loop would step one per AdvanceTo),
+  // jumping over dead ones, and returns as soon as a message is delivered.
+  double AdvanceUntil(double limit, int64_t max_work, std::vector<Delivery>* delivered) final {
+    double never = std::numeric_limits<double>::infinity();
+    if (core_.Idle()) return limit;
+    int64_t max_cycle = limit == never ? FlitCore::kNever : static_cast<int64_t>(std::floor(limit));
+    size_t before = delivered->size();
+    bool quiet = true;
+    for (int64_t step = 0; step < max_work; ++step) {
+      if (core_.Idle() || static_cast<double>(core_.Cycle() + 1) > limit) return limit;
+      if (skip_dead_cycles_ && quiet) {
+        core_.SkipDeadCycles(max_cycle);
+        if (static_cast<double>(core_.Cycle() + 1) > limit) return limit;
       }
+      int64_t cycle = core_.Cycle();
+      StepCycle(delivered);
+      if (delivered->size() > before) return static_cast<double>(core_.Cycle());
+      quiet = core_.LastMove() != cycle;
     }
+    return static_cast<double>(core_.Cycle());
   }
 
   void WriteLinkBusyCycles(double, double* link_busy) final {
@@ -379,8 +530,21 @@ class FlitNetwork : public NetworkModel {
   }
 
  private:
+  // Cycle c's ejections are known (and usable) at time c + 1.
+  void StepCycle(std::vector<Delivery>* delivered) {
+    ejected_.clear();
+    core_.Step(&ejected_);
+    for (const Ejection& e : ejected_) {
+      int64_t message = core_.GetPacket(e.packet).tag;
+      if (--packets_left_[message] == 0) {
+        delivered->push_back({message, static_cast<double>(e.cycle + 1)});
+      }
+    }
+  }
+
   NetworkSpec spec_;
   FlitParams params_;
+  bool skip_dead_cycles_;
   FlitCore core_;
   std::vector<int64_t> packets_left_;
   std::vector<Ejection> ejected_;
@@ -389,8 +553,8 @@ class FlitNetwork : public NetworkModel {
 }  // namespace
 
 std::unique_ptr<NetworkModel> MakeFlitNetwork(const NetworkSpec& spec, int64_t batches,
-                                              const FlitParams& params) {
-  return std::make_unique<FlitNetwork>(spec, batches, params);
+                                              const FlitParams& params, bool skip_dead_cycles) {
+  return std::make_unique<FlitNetwork>(spec, batches, params, skip_dead_cycles);
 }
 
 }  // namespace sim

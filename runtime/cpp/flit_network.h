@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -91,7 +92,22 @@ class FlitCore {
   bool Idle() const;
   /*! \brief Jump an idle network forward to `cycle`. */
   void SkipTo(int64_t cycle);
+  /*!
+   * \brief Earliest cycle >= Cycle() in which Step could change anything but the credit
+   *  counters (inject, allocate, send or eject a flit); kNever when nothing is pending on a
+   *  time (an idle network, or every flit blocked: a deadlock). Every cycle before it is dead.
+   */
+  int64_t NextBusyCycle() const;
+  /*!
+   * \brief Jump over dead cycles to min(NextBusyCycle(), `limit`), returning their credits
+   *  exactly as Step would. Throws the deadlock error Step would throw in a skipped cycle.
+   *  Results are bit-identical to stepping the skipped cycles.
+   */
+  void SkipDeadCycles(int64_t limit);
+  /*! \brief Last cycle in which a flit was injected or crossed a switch. */
+  int64_t LastMove() const { return last_move_; }
   int64_t Cycle() const { return cycle_; }
+  static constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
   const Packet& GetPacket(int64_t id) const { return packets_[id]; }
   /*! \brief Packets not yet ejected, counted from where their tail flits are. */
   int64_t CountPacketsInFlight() const;
@@ -119,13 +135,21 @@ class FlitCore {
   };
 
   int64_t NumUnits() const { return num_links_ + links_.num_nodes; }
+  /*! \brief First set bit of `bits` in [from, end), or `end`. */
+  static int64_t NextSet(const std::vector<uint64_t>& bits, int64_t from, int64_t end);
+  static void SetBit(std::vector<uint64_t>* bits, int64_t i) { (*bits)[i >> 6] |= 1ULL << (i & 63); }
+  static void ClearBit(std::vector<uint64_t>* bits, int64_t i) {
+    (*bits)[i >> 6] &= ~(1ULL << (i & 63));
+  }
   InputVc& Vc(int64_t unit, int64_t vc) { return vcs_[unit * num_vcs_ + vc]; }
   int64_t NextOutput(const Flit& flit) const;
-  void Push(InputVc* vc, const Flit& flit);
-  void Pop(InputVc* vc, int64_t now);
+  void Push(int64_t index, const Flit& flit);
+  void Pop(int64_t index, int64_t now);
   void Inject(int64_t node);
   void AllocateVcs();
+  void AllocateVc(InputVc* vc);
   void AllocateSwitch();
+  void SwitchUnit(int64_t unit);
   [[noreturn]] void ReportDeadlock() const;
 
   FlitLinks links_;
@@ -153,14 +177,23 @@ class FlitCore {
   std::vector<int64_t> inject_vc_;                 // per node: VC receiving the front packet
   int64_t queued_packets_ = 0;
   int64_t buffered_flits_ = 0;
+  // Bit sets that let a cycle visit only the non-empty VCs, units and source queues, in the
+  // same order as a scan of all of them.
+  std::vector<uint64_t> vc_nonempty_;     // [units * num_vcs]
+  std::vector<uint64_t> unit_nonempty_;   // [units]
+  std::vector<int64_t> unit_flits_;       // [units] flits buffered in the unit
+  std::vector<uint64_t> queue_nonempty_;  // [nodes]
 };
 
 /*!
  * \brief The flit model as a task-graph network. Routers are the link ends that routes join
  * (the end of one route link and the start of the next are the same router).
+ * \param skip_dead_cycles Jump over cycles in which nothing can happen (same results; false
+ *        steps every cycle, for checking).
  */
 std::unique_ptr<NetworkModel> MakeFlitNetwork(const NetworkSpec& spec, int64_t batches,
-                                              const FlitParams& params);
+                                              const FlitParams& params,
+                                              bool skip_dead_cycles = true);
 
 }  // namespace sim
 }  // namespace tvm_chiplet

@@ -29,6 +29,12 @@ double NetworkSpec::RouteMinBandwidth(int64_t message) const {
   return bandwidth;
 }
 
+double NetworkModel::AdvanceUntil(double limit, int64_t, std::vector<Delivery>* delivered) {
+  double t = std::min(limit, NextEventTime());
+  if (t != std::numeric_limits<double>::infinity()) AdvanceTo(t, delivered);
+  return t;
+}
+
 const std::vector<std::string>& NetworkModelNames() {
   static const std::vector<std::string> names = {"analytical", "flow"};
   return names;

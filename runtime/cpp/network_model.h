@@ -54,6 +54,14 @@ class NetworkModel {
   virtual double NextEventTime() = 0;
   /*! \brief Move the model to time `t`, appending the messages whose arrival became known. */
   virtual void AdvanceTo(double t, std::vector<Delivery>* delivered) = 0;
+  /*!
+   * \brief Advance through internal events up to time `limit` (+inf: no limit), stopping after
+   *  the first call that delivers a message or after about `max_work` units of work (events or
+   *  cycles), and return the time reached (+inf when no event is left and `limit` is +inf).
+   *  The caller then handles its own events up to that time. Same results as calling
+   *  AdvanceTo(min(limit, NextEventTime())) once, which is the default.
+   */
+  virtual double AdvanceUntil(double limit, int64_t max_work, std::vector<Delivery>* delivered);
   /*! \brief Close the books at `end` and write the cycles each link carried traffic. */
   virtual void WriteLinkBusyCycles(double end, double* link_busy) = 0;
 };

@@ -5,6 +5,7 @@
 #include "simulator.h"
 
 #include <algorithm>
+#include <chrono>
 #include <functional>
 #include <limits>
 #include <queue>
@@ -48,6 +49,8 @@ struct Rows {
   int64_t At(int64_t row, int64_t k) const { return items[offsets[row] + k]; }
 };
 
+}  // namespace
+
 class EventLoop {
  public:
   EventLoop(const TaskGraph& graph, const NetworkSpec& network_spec, int64_t batches,
@@ -69,15 +72,25 @@ class EventLoop {
     }
   }
 
-  int64_t Run() {
-    for (int64_t c = 0; c < graph_.num_clusters; ++c) TryStart(c, 0.0);
+  // Returns true when the simulation is over.
+  bool Run(double max_seconds) {
+    if (done_) return true;
+    auto start = std::chrono::steady_clock::now();
+    if (!started_) {
+      started_ = true;
+      for (int64_t c = 0; c < graph_.num_clusters; ++c) TryStart(c, 0.0);
+    }
     std::vector<Delivery> delivered;
-    while (true) {
+    for (int64_t iteration = 1;; ++iteration) {
+      if (iteration % kClockEvery == 0 &&
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
+              max_seconds) {
+        return false;
+      }
       double next_event = events_.empty() ? kNever : events_.top().time;
-      double now = std::min(next_event, network_->NextEventTime());
-      if (now == kNever) break;
       delivered.clear();
-      network_->AdvanceTo(now, &delivered);
+      double now = network_->AdvanceUntil(next_event, kNetworkWork, &delivered);
+      if (now == kNever) break;
       ScheduleArrivals(delivered);
       while (!events_.empty() && events_.top().time <= now) {
         Event event = events_.top();
@@ -91,11 +104,18 @@ class EventLoop {
       last_time_ = now;
     }
     network_->WriteLinkBusyCycles(last_time_, out_.link_busy);
-    return finished_;
+    done_ = true;
+    return true;
   }
+
+  int64_t Finished() const { return finished_; }
+  double Now() const { return last_time_; }
 
  private:
   static constexpr double kNever = std::numeric_limits<double>::infinity();
+  // Iterations between looks at the clock, and network work (events or cycles) per iteration.
+  static constexpr int64_t kClockEvery = 16;
+  static constexpr int64_t kNetworkWork = 1024;
 
   void ScheduleArrivals(const std::vector<Delivery>& delivered) {
     for (const Delivery& d : delivered) events_.push({d.arrival, EventKind::kArrival, d.message});
@@ -146,8 +166,8 @@ class EventLoop {
     TryStart(graph_.task_cluster[dst], now);
   }
 
-  const TaskGraph& graph_;
-  const NetworkSpec& network_spec_;
+  TaskGraph graph_;
+  NetworkSpec network_spec_;
   int64_t batches_;
   NetworkModel* network_;
   SimulationOutput out_;
@@ -159,13 +179,27 @@ class EventLoop {
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   int64_t finished_ = 0;
   double last_time_ = 0.0;
+  bool started_ = false;
+  bool done_ = false;
 };
 
-}  // namespace
+Simulation::Simulation(const TaskGraph& graph, const NetworkSpec& network_spec, int64_t batches,
+                       NetworkModel* network, const SimulationOutput& out)
+    : loop_(std::make_unique<EventLoop>(graph, network_spec, batches, network, out)) {}
+
+Simulation::~Simulation() = default;
+
+bool Simulation::Run(double max_seconds) { return loop_->Run(max_seconds); }
+
+int64_t Simulation::FinishedTasks() const { return loop_->Finished(); }
+
+double Simulation::Now() const { return loop_->Now(); }
 
 int64_t Simulate(const TaskGraph& graph, const NetworkSpec& network_spec, int64_t batches,
                  NetworkModel* network, const SimulationOutput& out) {
-  return EventLoop(graph, network_spec, batches, network, out).Run();
+  Simulation simulation(graph, network_spec, batches, network, out);
+  simulation.Run(std::numeric_limits<double>::infinity());
+  return simulation.FinishedTasks();
 }
 
 }  // namespace sim

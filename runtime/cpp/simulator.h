@@ -6,6 +6,7 @@
 #define TVM_CHIPLET_RUNTIME_CPP_SIMULATOR_H_
 
 #include <cstdint>
+#include <memory>
 
 #include "network_model.h"
 
@@ -34,6 +35,32 @@ struct SimulationOutput {
   double* task_end = nullptr;         // [batches, num_tasks]
   double* message_arrival = nullptr;  // [batches, num_messages]
   double* link_busy = nullptr;        // [num_links]
+};
+
+class EventLoop;
+
+/*!
+ * \brief A simulation that runs in slices, so that a caller can report progress and stop it
+ *  between them. The graph, spec, network and outputs must outlive it.
+ */
+class Simulation {
+ public:
+  Simulation(const TaskGraph& graph, const NetworkSpec& network_spec, int64_t batches,
+             NetworkModel* network, const SimulationOutput& out);
+  ~Simulation();
+  /*!
+   * \brief Run for about `max_seconds` of wall time (the clock is read between events, so a
+   *  slice may overrun by a few milliseconds).
+   * \return true when the simulation is over: every task ran or no event is left.
+   */
+  bool Run(double max_seconds);
+  /*! \brief Task instances finished so far. */
+  int64_t FinishedTasks() const;
+  /*! \brief Simulated time reached, in cycles. */
+  double Now() const;
+
+ private:
+  std::unique_ptr<EventLoop> loop_;
 };
 
 /*!
