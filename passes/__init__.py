@@ -5,6 +5,7 @@ from tvm_chiplet.passes.assign_placement import AssignPlacement
 from tvm_chiplet.passes.partition_by_cluster import PartitionByCluster
 from tvm_chiplet.passes.pipeline import PIPELINES, get_pipeline
 from tvm_chiplet.passes.reduce_graph import ReduceGraph
+from tvm_chiplet.passes.replicate_data_parallel import ReplicateDataParallel
 
 __all__ = [
     "PIPELINES",
@@ -12,5 +13,6 @@ __all__ = [
     "AssignPlacement",
     "PartitionByCluster",
     "ReduceGraph",
+    "ReplicateDataParallel",
     "get_pipeline",
 ]

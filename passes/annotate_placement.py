@@ -66,7 +66,12 @@ class AnnotatePlacement:
                 binding = relax.VarBinding(binding.var, value)
             new_bindings.append(binding)
         main = mod["main"]
-        body = relax.SeqExpr([relax.DataflowBlock(new_bindings)], main.body.body)
+        blocks, start = [], 0
+        for block in main.body.blocks:
+            count = len(block.bindings)
+            blocks.append(type(block)(new_bindings[start:start + count]))
+            start += count
+        body = relax.SeqExpr(blocks, main.body.body)
         new_main = relax.Function(main.params, body, main.ret_ty, main.is_pure, main.attrs)
         out = mod.clone()
         out.update_func(mod.get_global_var("main"), new_main)

@@ -8,8 +8,9 @@ import tvm
 
 from tvm_chiplet.passes.assign_placement import AssignPlacement
 from tvm_chiplet.passes.partition_by_cluster import PartitionByCluster
-from tvm_chiplet.passes.planners import Planner
+from tvm_chiplet.passes.planners import DataParallelPlanner, Planner
 from tvm_chiplet.passes.reduce_graph import ReduceGraph
+from tvm_chiplet.passes.replicate_data_parallel import ReplicateDataParallel
 from tvm_chiplet.targets.system import ChipletSystem
 
 
@@ -17,10 +18,10 @@ def _chiplet_default(
     system: ChipletSystem, target: str | tvm.target.Target = "llvm",
     strategy: str | Planner = "pipeline",
 ) -> tvm.transform.Pass:
-    return tvm.transform.Sequential(
-        [ReduceGraph(target), AssignPlacement(system, strategy), PartitionByCluster()],
-        name="chiplet-default",
-    )
+    passes = [ReduceGraph(target), AssignPlacement(system, strategy), PartitionByCluster()]
+    if strategy == DataParallelPlanner.name:
+        passes.insert(0, ReplicateDataParallel(max_replicas=system.num_clusters))
+    return tvm.transform.Sequential(passes, name="chiplet-default")
 
 
 def _chiplet_reduce(
@@ -40,7 +41,8 @@ PIPELINES: dict[str, Callable[..., tvm.transform.Pass]] = {
 def get_pipeline(name: str = "chiplet-default", **options) -> tvm.transform.Pass:
     """The pass pipeline registered as ``name``.
 
-    ``chiplet-default``: ReduceGraph -> AssignPlacement -> PartitionByCluster.
+    ``chiplet-default``: ReduceGraph -> AssignPlacement -> PartitionByCluster (for the
+    ``data-parallel`` strategy, ReplicateDataParallel first).
     ``chiplet-reduce``: ReduceGraph only (what the plain fused TVM build sees).
 
     Parameters

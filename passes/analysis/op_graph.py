@@ -40,20 +40,16 @@ def tensor_bytes(ty: tvm.ir.Type, what: str) -> int:
 
 
 def main_bindings(mod: tvm.IRModule) -> list[relax.VarBinding]:
-    """The bindings of ``main``, which must be one dataflow block (the form ReduceGraph gives)."""
+    """The bindings of ``main`` in order, over all its blocks (ReduceGraph leaves one dataflow
+    block; a data-parallel module keeps its scatter and gather in blocks of their own)."""
     if "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
         raise AnalysisError("the module has no 'main' function")
-    body = mod["main"].body
-    blocks = list(body.blocks)
-    if len(blocks) != 1 or not isinstance(blocks[0], relax.DataflowBlock):
-        raise AnalysisError(
-            f"'main' must be a single dataflow block, found {len(blocks)} block(s); "
-            "run ReduceGraph first"
-        )
-    bindings = list(blocks[0].bindings)
+    bindings = [b for block in mod["main"].body.blocks for b in block.bindings]
     for binding in bindings:
         if not isinstance(binding, relax.VarBinding):
             raise AnalysisError(f"'main' has a match_cast binding of {binding.var.name}")
+        if isinstance(binding.value, relax.If):
+            raise AnalysisError(f"'main' has control flow at {binding.var.name}; not supported")
     return bindings
 
 

@@ -2,12 +2,14 @@
 
 from tvm_chiplet.passes.planners.auto import AutoPlanner
 from tvm_chiplet.passes.planners.base import Planner, PlanningProblem
+from tvm_chiplet.passes.planners.data_parallel import DataParallelPlanner
 from tvm_chiplet.passes.planners.pipeline import PipelinePlanner, min_bottleneck_partition
 from tvm_chiplet.passes.planners.placement import Placement, PlanningError
 from tvm_chiplet.passes.planners.single import SinglePlanner
 
 PLANNERS: dict[str, type] = {
     PipelinePlanner.name: PipelinePlanner,
+    DataParallelPlanner.name: DataParallelPlanner,
     AutoPlanner.name: AutoPlanner,
     SinglePlanner.name: SinglePlanner,
 }
@@ -25,6 +27,7 @@ __all__ = [
     "BASELINES",
     "PLANNERS",
     "AutoPlanner",
+    "DataParallelPlanner",
     "PipelinePlanner",
     "Placement",
     "Planner",

@@ -1,0 +1,165 @@
+"""ReplicateDataParallel: split the input batch across replicas of the whole graph."""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from tvm_chiplet.passes.planners.placement import PlanningError
+
+RESHAPE = tvm.ir.Op.get("relax.reshape")
+CALL_TIR = tvm.ir.Op.get("relax.call_tir")
+
+
+def replica_batches(batch: int, replicas: int) -> list[int]:
+    """Batch of each replica: as equal as possible, larger ones first (7 over 3 -> 3, 2, 2)."""
+    return [batch // replicas + (1 if r < batch % replicas else 0) for r in range(replicas)]
+
+
+@mutator
+class _Rebatch(PyExprMutator):
+    """Re-emit one replica: inputs renamed to the replica's slices, batch-sized shapes resized."""
+
+    def __init__(self, mapping: dict, batch: int, replica_batch: int) -> None:
+        super().__init__()
+        self.mapping = mapping
+        self.batch = batch
+        self.replica_batch = replica_batch
+
+    def visit_var_(self, var: relax.Var) -> relax.Expr:
+        return self.mapping.get(var, var)
+
+    def visit_dataflow_var_(self, var: relax.DataflowVar) -> relax.Expr:
+        return self.mapping.get(var, var)
+
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
+        if call.op.same_as(CALL_TIR):
+            raise PlanningError(
+                f"data-parallel cannot re-batch {call.args[0].name_hint}: a call_tir has fixed "
+                "shapes; give the model before legalization, or use the pipeline strategy"
+            )
+        if call.op.same_as(RESHAPE) and isinstance(call.args[1], relax.ShapeExpr):
+            dims = list(call.args[1].values)
+            if dims and isinstance(dims[0], tvm.tirx.IntImm) and int(dims[0]) == self.batch:
+                dims = [self.replica_batch, *dims[1:]]
+                data = self.visit_expr(call.args[0])
+                return relax.Call(call.op, [data, relax.ShapeExpr(dims)], call.attrs)
+        return super().visit_call_(call)
+
+
+def _leading_dim(var: relax.Var) -> int:
+    ty = var.ty
+    shape = getattr(ty, "shape", None)
+    if not isinstance(ty, relax.TensorType) or not getattr(shape, "values", None):
+        raise PlanningError(f"input {var.name!r} is not a tensor with a batch dimension ({ty})")
+    dim = ty.shape.values[0]
+    if not isinstance(dim, tvm.tirx.IntImm):
+        raise PlanningError(f"input {var.name!r} has a symbolic batch dimension; give its shape")
+    return int(dim)
+
+
+@tvm.transform.module_pass(opt_level=0, name="ReplicateDataParallel")
+class ReplicateDataParallel:
+    """Rebuild ``main`` as ``replicas`` copies of the graph, each on a slice of the batch.
+
+    Every input is split along axis 0 (``R.split``) into slices of nearly equal batch (a batch
+    not divisible by the replica count gives the first replicas one more sample); the whole
+    graph is re-emitted once per slice, with batch-sized reshape targets resized and types
+    re-inferred; the replicas' results are concatenated along axis 0. Weights are constants and
+    so are replicated with the graph. Run it on the high-level module, before ReduceGraph; the
+    ``data-parallel`` planner then puts each replica on its own cluster.
+
+    Parameters
+    ----------
+    replicas : int, optional
+        Number of replicas; default ``min(batch, max_replicas)``.
+    max_replicas : int, optional
+        Upper bound for the default (the number of clusters).
+
+    Example
+    -------
+    ``y = f(x)`` with ``x: [4, 3]`` and ``replicas=2`` becomes ``s = split(x, [2]);
+    y0 = f(s[0]); y1 = f(s[1]); y = concat((y0, y1), axis=0)``.
+    """
+
+    def __init__(self, replicas: int | None = None, max_replicas: int | None = None) -> None:
+        for name, value in (("replicas", replicas), ("max_replicas", max_replicas)):
+            if value is not None and value < 1:
+                raise PlanningError(f"{name} must be >= 1, got {value}")
+        self.replicas = replicas
+        self.max_replicas = max_replicas
+
+    def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        main = mod["main"]
+        batches = {p.name: _leading_dim(p) for p in main.params}
+        if len(set(batches.values())) != 1:
+            raise PlanningError(f"data-parallel needs one batch size for all inputs, got {batches}")
+        batch = next(iter(batches.values()))
+        replicas = self.replicas or min(batch, self.max_replicas or batch)
+        if batch < 2 or batch < replicas:
+            needed = max(replicas, 2)
+            raise PlanningError(
+                f"data-parallel needs a batch of at least {needed} to split over {needed} "
+                f"clusters, but input {', '.join(map(repr, batches))} has batch {batch}; export "
+                f"the model with batch >= {needed}, or use the pipeline strategy"
+            )
+        for block in main.body.blocks:
+            if not isinstance(block, relax.DataflowBlock):
+                raise PlanningError("data-parallel needs 'main' made of dataflow blocks")
+        if replicas == 1:
+            return mod
+        sizes = replica_batches(batch, replicas)
+        builder = relax.BlockBuilder(mod)
+        params = [relax.Var(p.name, p.ty) for p in main.params]
+        # The scatter and the gather stay outside the dataflow block: FuseOps fuses only inside
+        # one, so no kernel can mix two replicas.
+        with builder.function("__replicated_main", params, private=True):
+            slices = []
+            for param in params:
+                split = builder.emit(relax.op.split(param, _cut_points(sizes), axis=0))
+                slices.append([builder.emit(relax.TupleGetItem(split, r)) for r in range(replicas)])
+            with builder.dataflow():
+                results = []
+                for r, size in enumerate(sizes):
+                    mapping = {p: s[r] for p, s in zip(main.params, slices, strict=True)}
+                    rebatch = _Rebatch(mapping, batch, size)
+                    for block in main.body.blocks:
+                        for binding in block.bindings:
+                            value = rebatch.visit_expr(binding.value)
+                            emit = (builder.emit if isinstance(binding.var, relax.DataflowVar)
+                                    else builder.emit_output)
+                            mapping[binding.var] = emit(value, binding.var.name)
+                    result = rebatch.visit_expr(main.body.body)
+                    fields = result.fields if isinstance(result, relax.Tuple) else [result]
+                    results.append([
+                        f if isinstance(f, relax.Var) and not isinstance(f, relax.DataflowVar)
+                        else builder.emit_output(f)
+                        for f in fields
+                    ])
+            output = builder.emit(_concat_results(results, isinstance(main.body.body,
+                                                                      relax.Tuple)))
+            builder.emit_func_output(output)
+        replicated = builder.get()
+        gvar = replicated.get_global_var("__replicated_main")
+        func = replicated[gvar]
+        new_main = relax.Function(func.params, func.body, func.ret_ty, main.is_pure, main.attrs)
+        functions = {
+            gv: new_main if gv.name_hint == "main" else f
+            for gv, f in replicated.functions_items()
+            if not gv.same_as(gvar)
+        }
+        return tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
+
+
+def _cut_points(sizes: list[int]) -> list[int]:
+    cuts, total = [], 0
+    for size in sizes[:-1]:
+        total += size
+        cuts.append(total)
+    return cuts
+
+
+def _concat_results(results: list[list[relax.Expr]], as_tuple: bool) -> relax.Expr:
+    gathered = [relax.op.concat([r[i] for r in results], axis=0) for i in range(len(results[0]))]
+    return relax.Tuple(gathered) if as_tuple else gathered[0]

@@ -1,0 +1,210 @@
+import itertools
+
+import networkx as nx
+import numpy as np
+import pytest
+
+import tvm_chiplet.tools.models
+from tvm_chiplet.passes import ReduceGraph
+from tvm_chiplet.passes.analysis.graph import OpGraph, OpNode
+from tvm_chiplet.passes.analysis.op_graph import extract_op_graph
+from tvm_chiplet.passes.planners import ilp
+from tvm_chiplet.passes.planners.base import PlanningProblem
+from tvm_chiplet.passes.planners.ilp import IlpPlanner, memory_use, stage_costs
+from tvm_chiplet.passes.planners.pipeline import PipelinePlanner
+from tvm_chiplet.passes.planners.placement import PlanningError
+from tvm_chiplet.targets.system import load_system
+from tvm_chiplet.targets.topology import Topology, mesh_system
+from tvm_chiplet.tools.frontends import load_model
+
+
+def make_graph(ops, edges):
+    """``ops``: (flops, output_bytes, weight_bytes) per op; ``edges``: (u, v) pairs."""
+    nodes = [
+        OpNode(i, f"op{i}", "call_tir", float(f), 64, out, w) for i, (f, out, w) in enumerate(ops)
+    ]
+    graph = nx.DiGraph()
+    graph.add_nodes_from(range(len(ops)))
+    for u, v in edges:
+        graph.add_edge(u, v, nbytes=ops[u][1])
+    return OpGraph(nodes, graph, output_ops=[len(ops) - 1])
+
+
+def make_problem(graph, clusters=3, sram_bytes=2 * 2**20, bandwidth=32.0):
+    system = mesh_system(1, clusters, bandwidth=bandwidth, sram_bytes=sram_bytes)
+    return PlanningProblem(graph, system, Topology(system))
+
+
+# A residual block: op 0's value is parked across ops 1 and 2; weights do not all fit.
+RESIDUAL = make_graph(
+    [(4e6, 4000, 0), (8e6, 3000, 5000), (6e6, 3000, 4000), (2e6, 1000, 3000)],
+    [(0, 1), (1, 2), (2, 3), (0, 3)],
+)
+
+
+def brute_force(problem, objective, spill=True):
+    ops = problem.graph.ops
+    order = problem.topology.cluster_order()
+    n, k = len(ops), len(order)
+    heavy = [i for i in range(n) if ops[i].weight_bytes]
+    parked = sorted({u for values in ilp.parked_values(problem) for u in values})
+    capacity = np.array([problem.system.clusters[c].sram_bytes for c in order])
+    best = np.inf
+    for op_stage in itertools.product(range(k), repeat=n):
+        if any(op_stage[v] < op_stage[u] for u, v, _ in problem.graph.edges()):
+            continue
+        if sorted(set(op_stage)) != list(range(max(op_stage) + 1)):
+            continue
+        streams = itertools.product([False, True], repeat=len(heavy)) if spill else [()]
+        for stream in streams:
+            streamed = {i for i, s in zip(heavy, stream, strict=False) if s}
+            spills = itertools.product([False, True], repeat=len(parked)) if spill else [()]
+            for spill_flags in spills:
+                spilled = {u for u, s in zip(parked, spill_flags, strict=False) if s}
+                args = (op_stage, order, streamed, spilled)
+                if np.any(memory_use(problem, *args) > capacity):
+                    continue
+                costs = stage_costs(problem, *args)
+                best = min(best, costs.max() if objective == "throughput" else costs.sum())
+    return best
+
+
+# The same block with a parked value too large to keep next to op 0's cluster's weights.
+WIDE_RESIDUAL = make_graph(
+    [(4e6, 6000, 1000), (8e6, 3000, 5000), (6e6, 3000, 4000), (2e6, 1000, 3000)],
+    [(0, 1), (1, 2), (2, 3), (0, 3)],
+)
+
+
+@pytest.mark.parametrize("objective", ["throughput", "latency"])
+@pytest.mark.parametrize("sram_bytes", [4500, 8000, 2**20])
+@pytest.mark.parametrize("clusters", [2, 3])
+@pytest.mark.parametrize("graph", [RESIDUAL, WIDE_RESIDUAL], ids=["residual", "wide"])
+def test_ilp_equals_brute_force_on_small_graph(graph, clusters, objective, sram_bytes):
+    problem = make_problem(graph, clusters=clusters, sram_bytes=sram_bytes)
+    placement = IlpPlanner(objective=objective, time_limit=None).plan(problem)
+    assert placement.objective_cycles == pytest.approx(brute_force(problem, objective))
+    assert placement.notes["status"] == "Optimal"
+
+
+def test_ilp_equals_brute_force_on_branches_with_hard_memory():
+    graph = make_graph(
+        [(2e6, 800, 0), (9e6, 500, 3000), (3e6, 500, 3000), (7e6, 900, 2000), (1e6, 100, 0)],
+        [(0, 1), (0, 2), (1, 3), (2, 4), (3, 4)],
+    )
+    problem = make_problem(graph, sram_bytes=6000, bandwidth=8.0)
+    placement = IlpPlanner(spill=False, time_limit=None).plan(problem)
+    assert placement.objective_cycles == pytest.approx(brute_force(problem, "throughput", False))
+    assert placement.notes["streamed_weight_ops"] == []
+
+
+def test_reported_objective_is_the_exact_stage_cost():
+    problem = make_problem(RESIDUAL, sram_bytes=8000)
+    placement = IlpPlanner(time_limit=None).plan(problem)
+    notes = placement.notes
+    costs = stage_costs(
+        problem, placement.op_stage, placement.stage_clusters,
+        notes["streamed_weight_ops"], notes["spilled_values"],
+    )
+    assert placement.objective_cycles == pytest.approx(costs.max())
+    assert placement.op_cluster == tuple(placement.stage_clusters[s] for s in placement.op_stage)
+    assert set(placement.op_stage) == set(range(len(placement.stage_clusters)))
+
+
+def test_stage_costs_match_the_pipeline_dp_when_everything_fits():
+    problem = make_problem(RESIDUAL)
+    dp = PipelinePlanner().plan(problem)
+    costs = stage_costs(problem, dp.op_stage, dp.stage_clusters)
+    assert costs.max() == pytest.approx(dp.objective_cycles)
+
+
+def test_highs_and_cbc_agree_on_small_case():
+    problem = make_problem(RESIDUAL, sram_bytes=12000)
+    cbc = IlpPlanner(solver="cbc", time_limit=None).plan(problem)
+    highs = IlpPlanner(solver="highs", time_limit=None).plan(problem)
+    assert highs.objective_cycles == pytest.approx(cbc.objective_cycles)
+    assert highs.notes["gap"] == pytest.approx(0.0, abs=1e-6)
+    assert cbc.notes["gap"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_max_stages_limits_the_clusters_used():
+    problem = make_problem(RESIDUAL, clusters=4)
+    placement = IlpPlanner(max_stages=2, time_limit=None).plan(problem)
+    assert len(placement.stage_clusters) <= 2
+    assert max(placement.op_stage) < 2
+
+
+def test_never_worse_than_dp_warm_start_on_resnet18():
+    model = tvm_chiplet.tools.models.get_model("resnet18")
+    graph = extract_op_graph(ReduceGraph()(load_model(model)))
+    system = load_system("mesh-4x4")
+    problem = PlanningProblem(graph, system, Topology(system))
+    placement = IlpPlanner(time_limit=5).plan(problem)
+    notes = placement.notes
+    assert placement.objective_cycles <= notes["warm_start_objective"]
+    assert placement.objective_cycles <= PipelinePlanner().plan(problem).objective_cycles
+    costs = stage_costs(
+        problem, placement.op_stage, placement.stage_clusters,
+        notes["streamed_weight_ops"], notes["spilled_values"],
+    )
+    assert placement.objective_cycles == pytest.approx(costs.max())
+    assert notes["solver"] == "cbc" and notes["solve_seconds"] < 30
+    assert notes["objective"] == placement.objective_cycles
+    assert notes["gap"] is None or 0 <= notes["gap"] <= 1
+    assert {"status", "best_bound", "warm_start_kept", "objective_kind"} <= set(notes)
+
+
+def test_weights_larger_than_all_sram_name_the_shortfall():
+    problem = make_problem(RESIDUAL, sram_bytes=3000)
+    with pytest.raises(PlanningError, match=r"need 0\.0 MB.*short by .*increase SRAM"):
+        IlpPlanner(spill=False).plan(problem)
+
+
+def test_infeasible_split_names_the_tightest_cluster():
+    graph = make_graph([(1e6, 1000, 6_000_000)] * 3, [(0, 1), (1, 2)])
+    problem = make_problem(graph, clusters=2, sram_bytes=10_000_000)
+    with pytest.raises(
+        PlanningError, match=r"needs 12\.0 MB on cluster \d, has 10\.0 MB \(short by 2\.0 MB\)"
+    ):
+        IlpPlanner(spill=False, time_limit=None).plan(problem)
+
+
+def test_spilling_makes_the_same_case_feasible():
+    graph = make_graph([(1e6, 1000, 6_000_000)] * 3, [(0, 1), (1, 2)])
+    problem = make_problem(graph, clusters=2, sram_bytes=10_000_000)
+    placement = IlpPlanner(time_limit=None).plan(problem)
+    assert len(placement.notes["streamed_weight_ops"]) == 1
+
+
+def test_interrupted_solve_returns_the_warm_start(monkeypatch):
+    def interrupt(self, lp):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ilp._Cbc, "solve", interrupt)
+    problem = make_problem(RESIDUAL)
+    placement = IlpPlanner().plan(problem)
+    assert placement.notes["status"] == "interrupted"
+    assert placement.notes["warm_start_kept"] is True
+    assert placement.objective_cycles == placement.notes["warm_start_objective"]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"objective": "energy"}, "valid objectives: throughput, latency"),
+        ({"solver": "gurobi"}, "valid solvers: cbc, highs"),
+        ({"time_limit": 0}, "time_limit must be"),
+        ({"time_limit": -5.0}, "time_limit must be"),
+        ({"time_limit": float("nan")}, "time_limit must be"),
+        ({"max_stages": 0}, "max_stages must be >= 1"),
+    ],
+)
+def test_invalid_options_are_refused(options, message):
+    with pytest.raises(PlanningError, match=message):
+        IlpPlanner(**options)
+
+
+def test_missing_highs_says_how_to_install_it(monkeypatch):
+    monkeypatch.setattr(ilp.pulp.HiGHS, "available", lambda self: False)
+    with pytest.raises(PlanningError, match=r"pip install highspy"):
+        IlpPlanner(solver="highs")

@@ -1,0 +1,106 @@
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+from tvm.script import ir as I
+from tvm.script import relax as R
+
+from tvm_chiplet.passes import ReduceGraph, ReplicateDataParallel
+from tvm_chiplet.passes.analysis.op_graph import extract_op_graph
+from tvm_chiplet.passes.planners import DataParallelPlanner, PlanningError, PlanningProblem
+from tvm_chiplet.passes.replicate_data_parallel import replica_batches
+from tvm_chiplet.targets.system import load_system
+from tvm_chiplet.targets.topology import Topology
+
+
+@I.ir_module
+class Before:
+    @R.function
+    def main(x: R.Tensor((4, 2), "float32")) -> R.Tensor((4, 2), "float32"):
+        with R.dataflow():
+            y = R.add(x, x)
+            R.output(y)
+        return y
+
+
+@I.ir_module
+class Flatten:
+    @R.function
+    def main(x: R.Tensor((5, 2, 3), "float32")) -> R.Tensor((5, 6), "float32"):
+        with R.dataflow():
+            y = R.nn.relu(x)
+            z = R.reshape(y, R.shape([5, 6]))
+            R.output(z)
+        return z
+
+
+def test_batch_is_split_graph_replicated_and_results_concatenated():
+    @I.ir_module
+    class Expected:
+        @R.function
+        def main(x: R.Tensor((4, 2), "float32")) -> R.Tensor((4, 2), "float32"):
+            parts = R.split(x, indices_or_sections=[2], axis=0)
+            x0 = parts[0]
+            x1 = parts[1]
+            with R.dataflow():
+                y0 = R.add(x0, x0)
+                y1 = R.add(x1, x1)
+                R.output(y0, y1)
+            y = R.concat((y0, y1), axis=0)
+            return y
+
+    After = ReplicateDataParallel(replicas=2)(Before)
+    tvm.ir.assert_structural_equal(After, Expected)
+
+
+def test_uneven_batch_gives_the_first_replicas_one_more_sample():
+    assert replica_batches(5, 3) == [2, 2, 1]
+    After = ReplicateDataParallel(replicas=3)(Flatten)
+    reshapes = [b.value for b in After["main"].body.blocks[1].bindings
+                if isinstance(b.value, relax.Call) and b.value.op.name == "relax.reshape"]
+    assert [int(r.args[1].values[0]) for r in reshapes] == [2, 2, 1]
+    x = np.random.default_rng(0).standard_normal((5, 2, 3)).astype("float32")
+    outs = []
+    for mod in (Flatten, After):
+        vm = relax.VirtualMachine(tvm.compile(mod, "llvm"), tvm.cpu())
+        outs.append(vm["main"](tvm.runtime.tensor(x)).numpy())
+    np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def test_default_replicas_is_batch_capped_by_max_replicas():
+    After = ReplicateDataParallel(max_replicas=3)(Before)
+    split = After["main"].body.blocks[0].bindings[0].value
+    assert [int(i) for i in split.attrs.indices_or_sections] == [2, 3]
+
+
+def test_one_replica_is_a_no_op():
+    tvm.ir.assert_structural_equal(ReplicateDataParallel(replicas=1)(Before), Before)
+
+
+def test_input_module_is_not_mutated():
+    snapshot = Flatten.script()
+    ReplicateDataParallel(replicas=2)(Flatten)
+    assert Flatten.script() == snapshot
+
+
+def test_batch_too_small_says_what_would_work():
+    with pytest.raises(PlanningError, match=r"batch of at least 8 .* has batch 4.*pipeline"):
+        ReplicateDataParallel(replicas=8)(Before)
+
+
+def test_planner_puts_each_replica_on_its_own_cluster():
+    reduced = ReduceGraph()(ReplicateDataParallel(replicas=2)(Flatten))
+    system = load_system("cluster-4")
+    problem = PlanningProblem(extract_op_graph(reduced), system, Topology(system))
+    placement = DataParallelPlanner().plan(problem)
+    names = [op.name for op in problem.graph.ops]
+    relu_clusters = {placement.op_cluster[i] for i, n in enumerate(names) if "relu" in n}
+    assert len(relu_clusters) == 2
+    assert placement.notes == {"replicas": 2}
+
+
+def test_planner_refuses_a_module_that_was_not_replicated():
+    system = load_system("cluster-4")
+    problem = PlanningProblem(extract_op_graph(ReduceGraph()(Flatten)), system, Topology(system))
+    with pytest.raises(PlanningError, match="rebuilt by ReplicateDataParallel"):
+        DataParallelPlanner().plan(problem)
