@@ -3,6 +3,7 @@
 from tvm_chiplet.passes.planners.auto import AutoPlanner
 from tvm_chiplet.passes.planners.base import Planner, PlanningProblem
 from tvm_chiplet.passes.planners.data_parallel import DataParallelPlanner
+from tvm_chiplet.passes.planners.ilp import IlpPlanner
 from tvm_chiplet.passes.planners.pipeline import PipelinePlanner, min_bottleneck_partition
 from tvm_chiplet.passes.planners.placement import Placement, PlanningError
 from tvm_chiplet.passes.planners.single import SinglePlanner
@@ -10,6 +11,7 @@ from tvm_chiplet.passes.planners.single import SinglePlanner
 PLANNERS: dict[str, type] = {
     PipelinePlanner.name: PipelinePlanner,
     DataParallelPlanner.name: DataParallelPlanner,
+    IlpPlanner.name: IlpPlanner,
     AutoPlanner.name: AutoPlanner,
     SinglePlanner.name: SinglePlanner,
 }
@@ -28,6 +30,7 @@ __all__ = [
     "PLANNERS",
     "AutoPlanner",
     "DataParallelPlanner",
+    "IlpPlanner",
     "PipelinePlanner",
     "Placement",
     "Planner",

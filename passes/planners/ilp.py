@@ -51,8 +51,9 @@ def parked_values(problem: PlanningProblem) -> list[list[int]]:
 def spill_cycles(problem: PlanningProblem, value: int, cluster: int) -> float:
     """Cycles to write a parked value to DRAM and read it back on ``cluster``."""
     nbytes = problem.graph.ops[value].output_bytes
-    return 2.0 * cost_model.dram_fetch_cycles(nbytes, problem.system.clusters[cluster],
-                                              problem.system)
+    return 2.0 * cost_model.dram_fetch_cycles(
+        nbytes, problem.system.clusters[cluster], problem.system
+    )
 
 
 def stage_costs(
@@ -200,8 +201,7 @@ class IlpPlanner:
             isinstance(time_limit, int | float) and math.isfinite(time_limit) and time_limit > 0
         ):
             raise PlanningError(
-                f"time_limit must be a number of seconds > 0 or None (no limit), got "
-                f"{time_limit!r}"
+                f"time_limit must be a number of seconds > 0 or None (no limit), got {time_limit!r}"
             )
         if max_stages is not None and max_stages < 1:
             raise PlanningError(f"max_stages must be >= 1, got {max_stages}")
@@ -338,11 +338,10 @@ def _greedy_residency(
     ops = problem.graph.ops
     budget = problem.system.clusters[cluster].sram_bytes
     members = [i for i, s in enumerate(op_stage) if s == stage]
-    parked = [
-        [u for u in values if op_stage[u] == stage] for values in parked_values(problem)
-    ]
-    candidates = sorted({u for values in parked for u in values},
-                        key=lambda u: (ops[u].output_bytes, u))
+    parked = [[u for u in values if op_stage[u] == stage] for values in parked_values(problem)]
+    candidates = sorted(
+        {u for values in parked for u in values}, key=lambda u: (ops[u].output_bytes, u)
+    )
     kept: set[int] = set()
     for u in candidates:
         trial = kept | {u}
@@ -391,20 +390,26 @@ class _Model:
         parked = parked_values(problem)
         parked_ids = sorted({u for values in parked for u in values})
         if spill:
-            res = {(i, k): lp.add_variable(f"res_{i}_{k}", cat="Binary")
-                   for i in heavy for k in stages}
-            keep = {(u, k): lp.add_variable(f"keep_{u}_{k}", cat="Binary")
-                    for u in parked_ids for k in stages}
+            res = {
+                (i, k): lp.add_variable(f"res_{i}_{k}", cat="Binary") for i in heavy for k in stages
+            }
+            keep = {
+                (u, k): lp.add_variable(f"keep_{u}_{k}", cat="Binary")
+                for u in parked_ids
+                for k in stages
+            }
         else:
             res = {(i, k): x[i, k] for i in heavy for k in stages}
             keep = {(u, k): x[u, k] for u in parked_ids for k in stages}
         senders = sorted({u for u, _, _ in graph.edges()})
-        cross = {(u, k): lp.add_variable(f"cross_{u}_{k}", 0, 1)
-                 for u in senders for k in range(1, num)}
+        cross = {
+            (u, k): lp.add_variable(f"cross_{u}_{k}", 0, 1) for u in senders for k in range(1, num)
+        }
         sent = {k: lp.add_variable(f"sent_{k}", 0, 1) for k in range(1, num)}
 
-        after = {(i, k): lp.add_variable(f"after_{i}_{k}", 0, 1)
-                 for i in range(n) for k in range(1, num)}
+        after = {
+            (i, k): lp.add_variable(f"after_{i}_{k}", 0, 1) for i in range(n) for k in range(1, num)
+        }
 
         def at_or_after(i: int, k: int) -> pulp.LpVariable:
             return after[i, k]
@@ -494,11 +499,13 @@ class _Model:
             for k in range(stage[u] + 1, stage[v] + 1):
                 self.cross[u, k].setInitialValue(1)
         for k, var in self.sent.items():
-            var.setInitialValue(max((c.value() for (_, j), c in self.cross.items() if j == k),
-                                    default=0))
+            var.setInitialValue(
+                max((c.value() for (_, j), c in self.cross.items() if j == k), default=0)
+            )
         if self.bottleneck is not None:
-            costs = stage_costs(self.problem, stage, self.order, start.streamed_ops,
-                                start.spilled_values)
+            costs = stage_costs(
+                self.problem, stage, self.order, start.streamed_ops, start.spilled_values
+            )
             self.bottleneck.setInitialValue(float(costs.max()) * (1 + 1e-7))
         for (i, k), var in self.x.items():
             var.setInitialValue(int(start.op_stage[i] == k))
@@ -520,9 +527,7 @@ class _Model:
         streamed, spilled = set(), set()
         if self.spill:
             streamed = {i for i in self.heavy if (self.res[i, op_stage[i]].value() or 0) < 0.5}
-            spilled = {
-                u for u in self.parked_ids if (self.keep[u, op_stage[u]].value() or 0) < 0.5
-            }
+            spilled = {u for u in self.parked_ids if (self.keep[u, op_stage[u]].value() or 0) < 0.5}
         return _Candidate(op_stage, self.order, frozenset(streamed), frozenset(spilled), 0.0)
 
 
@@ -555,8 +560,11 @@ class _Cbc:
         with tempfile.TemporaryDirectory(prefix="tvm_chiplet_cbc_") as tmp:
             log_path = None if self.msg else os.path.join(tmp, "cbc.log")
             cmd = _bundled_cbc(
-                msg=self.msg, timeLimit=self.time_limit, warmStart=self.warm_start,
-                logPath=log_path, threads=1,
+                msg=self.msg,
+                timeLimit=self.time_limit,
+                warmStart=self.warm_start,
+                logPath=log_path,
+                threads=1,
             )
             cmd.tmpDir = tmp
             lp.solve(cmd)
@@ -592,7 +600,7 @@ class _Cbc:
 
 
 def _status(lp: pulp.LpProblem) -> str:
-    """"Optimal" only when proven; a solution without proof (time limit) is "Time limit"."""
+    """Status name: "Optimal" only when proven; a solution found without proof is "Time limit"."""
     if lp.sol_status == pulp.LpSolutionIntegerFeasible:
         return "Time limit"
     return pulp.LpStatus[lp.status]

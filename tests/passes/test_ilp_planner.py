@@ -103,8 +103,11 @@ def test_reported_objective_is_the_exact_stage_cost():
     placement = IlpPlanner(time_limit=None).plan(problem)
     notes = placement.notes
     costs = stage_costs(
-        problem, placement.op_stage, placement.stage_clusters,
-        notes["streamed_weight_ops"], notes["spilled_values"],
+        problem,
+        placement.op_stage,
+        placement.stage_clusters,
+        notes["streamed_weight_ops"],
+        notes["spilled_values"],
     )
     assert placement.objective_cycles == pytest.approx(costs.max())
     assert placement.op_cluster == tuple(placement.stage_clusters[s] for s in placement.op_stage)
@@ -144,8 +147,11 @@ def test_never_worse_than_dp_warm_start_on_resnet18():
     assert placement.objective_cycles <= notes["warm_start_objective"]
     assert placement.objective_cycles <= PipelinePlanner().plan(problem).objective_cycles
     costs = stage_costs(
-        problem, placement.op_stage, placement.stage_clusters,
-        notes["streamed_weight_ops"], notes["spilled_values"],
+        problem,
+        placement.op_stage,
+        placement.stage_clusters,
+        notes["streamed_weight_ops"],
+        notes["spilled_values"],
     )
     assert placement.objective_cycles == pytest.approx(costs.max())
     assert notes["solver"] == "cbc" and notes["solve_seconds"] < 30

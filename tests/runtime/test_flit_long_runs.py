@@ -49,7 +49,7 @@ def _random_graph(seed: int) -> dict:
     }
 
 
-def _pipeline(batches: int = 6) -> dict:
+def _pipeline(batches: int = 40) -> dict:
     """Three clusters passing large messages over long links: many cycles, many slices."""
     tasks = [SimTask("a", 0, 100.0), SimTask("b", 1, 50.0), SimTask("c", 2, 10.0)]
     messages = [SimMessage(0, 1, 4096, [0]), SimMessage(1, 2, 2048, [1, 2])]
@@ -77,11 +77,13 @@ def test_skipping_dead_cycles_matches_stepping_every_cycle(seed):
 
 
 def test_skipping_keeps_the_results_of_the_cycle_by_cycle_model():
-    # Values of the model before dead-cycle skipping existed (it stepped every cycle).
+    # Values of the model before dead-cycle skipping existed (it stepped every cycle), with the
+    # buffering it had then (2 VCs of 4 flits).
     tasks = [SimTask("a", 0, 10.0), SimTask("b", 1, 5.5), SimTask("c", 0, 1.0)]
     messages = [SimMessage(0, 1, 1000, [0, 1]), SimMessage(1, 2, 64, [2])]
     result = simulate(
-        tasks, messages, [16.0, 8.0, 16.0], [36.0, 2.0, 5.0], 2, batches=3, network="flit"
+        tasks, messages, [16.0, 8.0, 16.0], [36.0, 2.0, 5.0], 2, batches=3, network="flit",
+        flit_params=FlitParams(num_vcs=2, vc_buffer_flits=4),
     )
     expected = [[604.0, 626.0], [1231.0, 1253.0], [1858.0, 1880.0]]
     np.testing.assert_array_equal(result.message_arrival, expected)
