@@ -90,8 +90,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     module = load_module(args.artifact)
     inputs = _load_inputs(args, module.input_specs)
-    execution = module.run(inputs)
     sim = simulate_plan(module.plan, module.system, batches=args.batches, network=args.network)
+    execution = module.run(inputs)
     report = profile_report(module.plan, module.system, sim, execution)
     if args.outputs:
         atomic_write(
