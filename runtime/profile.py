@@ -10,9 +10,12 @@ from tvm_chiplet.targets.system import ChipletSystem
 
 def simulate_workload(
     tasks: list[dict], messages: list[dict], system: ChipletSystem, batches: int = 1,
-    network: str = "flow",
+    network: str = "flow", progress=None,
 ) -> SimResult:
-    """Simulate tasks (``name``, ``cluster``, ``cycles``) and routed messages on ``system``."""
+    """Simulate tasks (``name``, ``cluster``, ``cycles``) and routed messages on ``system``.
+
+    ``progress(fraction)`` is called as the simulation advances; Ctrl-C stops it cleanly.
+    """
     links = sorted(system.links, key=lambda link: link.id)
     return simulate(
         [SimTask(t["name"], t["cluster"], float(t["cycles"])) for t in tasks],
@@ -22,14 +25,15 @@ def simulate_workload(
         num_clusters=system.num_clusters,
         batches=batches,
         network=network,
+        progress=progress,
     )
 
 
 def simulate_plan(
-    plan: dict, system: ChipletSystem, batches: int = 1, network: str = "flow"
+    plan: dict, system: ChipletSystem, batches: int = 1, network: str = "flow", progress=None
 ) -> SimResult:
     """Simulate a compiled plan on its system: tasks with cost-model cycles, routed messages."""
-    return simulate_workload(plan["tasks"], plan["messages"], system, batches, network)
+    return simulate_workload(plan["tasks"], plan["messages"], system, batches, network, progress)
 
 
 def profile_report(plan: dict, system: ChipletSystem, sim: SimResult, execution=None) -> dict:

@@ -79,6 +79,21 @@ def _load_inputs(args: argparse.Namespace, specs) -> dict[str, np.ndarray]:
     return inputs
 
 
+def _progress_printer(what: str):
+    """A progress callback that prints to stderr every tenth, once a run has lasted 2 s."""
+    import time
+
+    started, shown = time.monotonic(), [0]
+
+    def report(fraction: float) -> None:
+        tenth = int(fraction * 10)
+        if tenth > shown[0] and time.monotonic() - started > 2.0:
+            shown[0] = tenth
+            print(f"[{what}] {100 * fraction:.0f}%", file=sys.stderr, flush=True)
+
+    return report
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from tvm_chiplet.runtime.artifact import load_module
     from tvm_chiplet.runtime.profile import (
@@ -90,7 +105,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     module = load_module(args.artifact)
     inputs = _load_inputs(args, module.input_specs)
-    sim = simulate_plan(module.plan, module.system, batches=args.batches, network=args.network)
+    sim = simulate_plan(module.plan, module.system, batches=args.batches, network=args.network,
+                        progress=_progress_printer("simulate"))
     execution = module.run(inputs)
     report = profile_report(module.plan, module.system, sim, execution)
     if args.outputs:
