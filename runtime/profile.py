@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from tvm_chiplet.runtime.simulator import SimMessage, SimResult, SimTask, simulate
@@ -10,22 +12,59 @@ from tvm_chiplet.targets.system import ChipletSystem
 
 def simulate_workload(
     tasks: list[dict], messages: list[dict], system: ChipletSystem, batches: int = 1,
-    network: str = "flow", progress=None,
+    network: str = "flow", progress=None, fetches: list[dict] = (),
 ) -> SimResult:
-    """Simulate tasks (``name``, ``cluster``, ``cycles``) and routed messages on ``system``.
+    """Simulate tasks (``name``, ``cluster``, ``cycles``), routed messages and DRAM fetches.
 
-    ``progress(fraction)`` is called as the simulation advances; Ctrl-C stops it cleanly.
+    Each DRAM controller becomes a link of its bandwidth in front of the fetch's route, and
+    each streaming cluster gets a DMA engine (a zero-cycle task stream of its own) that issues
+    its fetches in order, so fetches contend for controllers and links like messages do. The
+    result covers the system's clusters, links, tasks and messages only (fetch tasks, engines
+    and controller links are simulated but left out). ``progress(fraction)`` is called as the
+    simulation advances; Ctrl-C stops it cleanly.
     """
     links = sorted(system.links, key=lambda link: link.id)
-    return simulate(
-        [SimTask(t["name"], t["cluster"], float(t["cycles"])) for t in tasks],
-        [SimMessage(m["src"], m["dst"], int(m["bytes"]), list(m["route"])) for m in messages],
-        link_bandwidth=np.array([link.bandwidth for link in links], dtype=np.float64),
-        link_latency=np.array([link.latency for link in links], dtype=np.float64),
-        num_clusters=system.num_clusters,
+    bandwidth = [link.bandwidth for link in links] + [d.bandwidth for d in system.drams]
+    latency = [link.latency for link in links] + [0.0] * len(system.drams)
+    sim_tasks = [SimTask(t["name"], t["cluster"], float(t["cycles"])) for t in tasks]
+    sim_messages = [
+        SimMessage(m["src"], m["dst"], int(m["bytes"]), list(m["route"])) for m in messages
+    ]
+    engines: dict[int, int] = {}
+    for fetch in fetches:
+        engine = engines.setdefault(fetch["cluster"], system.num_clusters + len(engines))
+        index = len(sim_tasks)
+        sim_tasks.append(SimTask(f"dram:{tasks[fetch['task']]['name']}", engine, 0.0))
+        dram_link = len(links) + fetch["dram"]
+        sim_messages.append(
+            SimMessage(index, fetch["task"], fetch["bytes"], [dram_link, *fetch["route"]])
+        )
+        if fetch["after"] is not None:
+            sim_messages.append(SimMessage(fetch["after"], index, 0, []))
+    sim = simulate(
+        sim_tasks,
+        sim_messages,
+        link_bandwidth=np.array(bandwidth, dtype=np.float64),
+        link_latency=np.array(latency, dtype=np.float64),
+        num_clusters=system.num_clusters + len(engines),
         batches=batches,
         network=network,
         progress=progress,
+    )
+    n, t, m, k = system.num_clusters, len(tasks), len(messages), len(links)
+    return dataclasses.replace(
+        sim,
+        task_names=sim.task_names[:t],
+        task_start=sim.task_start[:, :t],
+        task_end=sim.task_end[:, :t],
+        message_arrival=sim.message_arrival[:, :m],
+        cluster_busy_cycles=sim.cluster_busy_cycles[:n],
+        cluster_wait_cycles=sim.cluster_wait_cycles[:n],
+        cluster_idle_cycles=sim.cluster_idle_cycles[:n],
+        cluster_utilisation=sim.cluster_utilisation[:n],
+        link_bytes=sim.link_bytes[:k],
+        link_busy_cycles=sim.link_busy_cycles[:k],
+        link_utilisation=sim.link_utilisation[:k],
     )
 
 
@@ -33,7 +72,8 @@ def simulate_plan(
     plan: dict, system: ChipletSystem, batches: int = 1, network: str = "flow", progress=None
 ) -> SimResult:
     """Simulate a compiled plan on its system: tasks with cost-model cycles, routed messages."""
-    return simulate_workload(plan["tasks"], plan["messages"], system, batches, network, progress)
+    return simulate_workload(plan["tasks"], plan["messages"], system, batches, network, progress,
+                             plan.get("dram_fetches", []))
 
 
 def profile_report(plan: dict, system: ChipletSystem, sim: SimResult, execution=None) -> dict:

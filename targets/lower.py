@@ -36,7 +36,7 @@ def describe_plan(schedule: SegmentSchedule, system: ChipletSystem, strategy: st
                  [(p, b) for p, b in t.deps])
         for t in schedule.tasks
     ]
-    work, messages, resident = build_workload(items, system, topology)
+    work, messages, resident, fetches = build_workload(items, system, topology)
     tasks = [{**t.to_dict(), "cycles": w["cycles"]} for t, w in zip(schedule.tasks, work,
                                                                       strict=True)]
     transfers = []
@@ -65,6 +65,7 @@ def describe_plan(schedule: SegmentSchedule, system: ChipletSystem, strategy: st
         "messages": messages,
         "transfers": transfers,
         "weights_resident": resident,
+        "dram_fetches": fetches,
         "clusters_used": sorted({s.cluster for s in schedule.segments}),
     }
 
@@ -77,7 +78,8 @@ def estimate_plan(plan: dict, system: ChipletSystem, network: str = "flow") -> l
     graph = OpGraph.from_tasks(plan["tasks"])
     rows = []
     for batches in ESTIMATE_BATCHES:
-        sim = simulate_workload(plan["tasks"], plan["messages"], system, batches, network)
+        sim = simulate_workload(plan["tasks"], plan["messages"], system, batches, network,
+                                fetches=plan["dram_fetches"])
         bound = lower_bound(graph, system, batches, weights_preloaded=True)
         rows.append({
             "batches": batches,

@@ -38,5 +38,5 @@ def simulate_placement(
 ) -> SimResult:
     """Simulate ``placement`` with the shared cost model and the C++ device simulator."""
     items = placement_items(problem, placement)
-    tasks, messages, _ = build_workload(items, problem.system, problem.topology)
-    return simulate_workload(tasks, messages, problem.system, batches, network)
+    tasks, messages, _, fetches = build_workload(items, problem.system, problem.topology)
+    return simulate_workload(tasks, messages, problem.system, batches, network, fetches=fetches)

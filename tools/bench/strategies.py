@@ -17,12 +17,13 @@ import os
 import sys
 import time
 
-from tvm_chiplet.passes import ReduceGraph
+from tvm_chiplet.passes import ReduceGraph, ReplicateDataParallel
 from tvm_chiplet.passes.analysis.lower_bound import lower_bound
 from tvm_chiplet.passes.analysis.op_graph import extract_op_graph
 from tvm_chiplet.passes.planners import (
     PLANNERS,
     AutoPlanner,
+    DataParallelPlanner,
     IlpPlanner,
     PipelinePlanner,
     Planner,
@@ -61,28 +62,56 @@ def make_planners(names: list[str], batches: int, ilp_time_limit: float) -> dict
     return planners
 
 
-def bench_strategy(planner: Planner, problem: PlanningProblem, batches: int, network: str) -> dict:
+def bench_strategy(
+    planner: Planner, problem: PlanningProblem, batches: int, network: str,
+    samples_per_input: int = 1,
+) -> dict:
+    """Plan, then simulate one input (latency) and ``batches`` pipelined inputs (throughput).
+
+    ``samples_per_input`` > 1 is for data-parallel graphs, whose one input carries that many
+    samples: throughput is then counted in samples per second.
+    """
     started = time.perf_counter()
     placement = planner.plan(problem)
     plan_s = time.perf_counter() - started
     single = simulate_placement(problem, placement, 1, network)
     streamed = simulate_placement(problem, placement, batches, network)
     freq = problem.system.frequency_hz
-    bound_1 = lower_bound(problem.graph, problem.system, 1)
-    bound_b = lower_bound(problem.graph, problem.system, batches)
+    # The simulator starts with resident weights loaded, so the bound does too.
+    bound_1 = lower_bound(problem.graph, problem.system, 1, weights_preloaded=True)
+    bound_b = lower_bound(problem.graph, problem.system, batches, weights_preloaded=True)
     notes = placement.notes
     return {
         "strategy": placement.strategy,
         "clusters": len(set(placement.op_cluster)),
         "latency_ms": 1e3 * single.total_cycles / freq,
         "latency_vs_bound": bound_1.ratio(single.total_cycles),
-        "throughput_per_s": streamed.throughput_per_cycle * freq,
-        f"cycles_{batches}": streamed.total_cycles,
+        "throughput_per_s": streamed.throughput_per_cycle * freq * samples_per_input,
+        "inputs": batches,
+        "cycles_streamed": streamed.total_cycles,
         "throughput_vs_bound": bound_b.ratio(streamed.total_cycles),
         "bound_binding": bound_b.binding,
         "plan_s": plan_s,
         "ilp_gap": notes.get("gap", ""),
     }
+
+
+MAX_REPLICAS = 16
+
+
+def bench_data_parallel(model_name: str, options: dict, system, args) -> dict:
+    """Data-parallel needs batch > 1: one input of ``k`` samples, k = clusters (at most 16),
+    ``ceil(batches / k)`` such inputs streamed, throughput in samples per second."""
+    replicas = min(system.num_clusters, MAX_REPLICAS)
+    model = models.get_model(model_name, batch=replicas, **options)
+    graph = extract_op_graph(
+        ReduceGraph()(ReplicateDataParallel(replicas=replicas)(load_model(model)))
+    )
+    problem = PlanningProblem(graph, system, Topology(system))
+    inputs = -(-args.batches // replicas)
+    row = bench_strategy(DataParallelPlanner(), problem, inputs, args.network, replicas)
+    row["strategy"] = f"data-parallel (batch {replicas} x {inputs})"
+    return row
 
 
 def write_results(rows: list[dict], out: str, batches: int, network: str) -> None:
@@ -101,7 +130,8 @@ def write_results(rows: list[dict], out: str, batches: int, network: str) -> Non
     lines = [
         "# Strategies benchmark", "",
         f"Simulated with the `{network}` network model; throughput with {batches} pipelined "
-        "inputs; `*_vs_bound` = simulated time / physical lower bound (1.0 is the bound).", "",
+        "inputs (data-parallel: inputs of k samples, throughput in samples/s); `*_vs_bound` = "
+        "simulated time / physical lower bound of the same work (1.0 is the bound).", "",
         "| " + " | ".join(fields) + " |", "|" + "---|" * len(fields),
     ]
     lines += ["| " + " | ".join(cell(row[f]) for f in fields) + " |" for row in rows]
@@ -135,7 +165,10 @@ def main(argv: list[str] | None = None) -> int:
                 problem = PlanningProblem(graph, system, Topology(system))
                 for strategy, planner in planners.items():
                     try:
-                        row = bench_strategy(planner, problem, args.batches, args.network)
+                        if strategy == DataParallelPlanner.name:
+                            row = bench_data_parallel(model_name, options, system, args)
+                        else:
+                            row = bench_strategy(planner, problem, args.batches, args.network)
                     except PlanningError as err:
                         print(f"[strategies] {model_name} {preset} {strategy}: skipped ({err})")
                         continue
