@@ -165,12 +165,18 @@ def cmd_model(args: argparse.Namespace) -> int:
 def cmd_simulate_noc(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from tvm_chiplet.runtime.noc import simulate_noc, sweep_noc
+    from tvm_chiplet.runtime.noc import FlitParams, simulate_noc, sweep_noc
 
+    params = FlitParams(
+        num_vcs=args.num_vcs, vc_buffer_flits=args.vc_buffer_flits,
+        routing_delay=args.routing_delay, vc_alloc_delay=args.vc_alloc_delay,
+        switch_alloc_delay=args.switch_alloc_delay,
+        switch_traversal_delay=args.switch_traversal_delay, packet_flits=args.packet_size,
+    )
     common = {
         "topology": args.topology, "traffic": args.traffic, "packet_flits": args.packet_size,
         "cycles": args.cycles, "warmup": args.warmup, "seed": args.seed,
-        "batch_packets": args.batch_packets,
+        "batch_packets": args.batch_packets, "params": params,
     }
     if args.rates:
         try:
@@ -202,6 +208,14 @@ def cmd_simulate_noc(args: argparse.Namespace) -> int:
         for key, value in fields.items():
             print(f"{key:>22}: {value}")
     return 0
+
+
+def _flit_defaults() -> dict[str, int]:
+    import dataclasses
+
+    from tvm_chiplet.runtime.noc import FlitParams
+
+    return {f.name: f.default for f in dataclasses.fields(FlitParams)}
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -249,6 +263,17 @@ def make_parser() -> argparse.ArgumentParser:
     noc.add_argument("--seed", type=int, default=0)
     noc.add_argument("--batch-packets", type=int,
                      help="batch mode: each node sends K packets, then drain")
+    defaults = _flit_defaults()
+    for flag, field, text in (
+        ("--num-vcs", "num_vcs", "virtual channels per input port"),
+        ("--vc-buffer-flits", "vc_buffer_flits", "buffer depth of each VC, in flits"),
+        ("--routing-delay", "routing_delay", "route computation cycles"),
+        ("--vc-alloc-delay", "vc_alloc_delay", "VC allocation cycles"),
+        ("--switch-alloc-delay", "switch_alloc_delay", "switch allocation cycles"),
+        ("--switch-traversal-delay", "switch_traversal_delay", "crossbar traversal cycles"),
+    ):
+        noc.add_argument(flag, dest=field, type=int, default=defaults[field],
+                         help=f"{text} (default {defaults[field]})")
     noc.add_argument("--rates", help="sweep: comma-separated rates, run in parallel processes")
     noc.add_argument("--jobs", type=int, help="processes for --rates (default: all cores)")
     noc.add_argument("--json", action="store_true")

@@ -37,3 +37,15 @@ def test_rate_sweep_runs_each_rate_and_reports_in_order(capsys):
     assert [row["rate"] for row in rows] == [0.02, 0.05]
     assert rows[0]["accepted_throughput"] < rows[1]["accepted_throughput"]
     assert "[simulate-noc] 2/2" in captured.err
+
+
+def test_router_parameters_from_the_command_line(capsys):
+    argv = ["simulate-noc", "--topology", "mesh-4x4", "--rate", "0.01", "--cycles", "4000",
+            "--warmup", "500", "--json"]
+    assert main([*argv, "--routing-delay", "1"]) == 0
+    fast = json.loads(capsys.readouterr().out)["avg_packet_latency"]
+    assert main([*argv, "--routing-delay", "4"]) == 0
+    slow = json.loads(capsys.readouterr().out)["avg_packet_latency"]
+    assert slow > fast + 3
+    assert main([*argv, "--num-vcs", "0"]) == 2
+    assert "num_vcs" in capsys.readouterr().err
