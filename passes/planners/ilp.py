@@ -14,6 +14,7 @@ import os
 import re
 import signal
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Collection, Sequence
@@ -568,7 +569,9 @@ class _Result:
     objective: float | None
 
     def has_solution(self, lp: pulp.LpProblem) -> bool:
-        return self.status not in ("interrupted", "Infeasible", "Not Solved") and all(
+        return self.status not in (
+            "interrupted", "Infeasible", "Not Solved", "Time limit (stopped)"
+        ) and all(
             v.value() is not None for v in lp.variables()
         )
 
@@ -596,7 +599,22 @@ class _Cbc:
                 threads=1,
             )
             cmd.tmpDir = tmp
-            lp.solve(cmd)
+            # CBC does not always honour its own limit (preprocessing, the root LP): a watchdog
+            # stops it a little after the limit and the planner keeps its warm start.
+            watchdog = None
+            if self.time_limit is not None:
+                watchdog = threading.Timer(self.time_limit * 1.2 + 5.0, self.stop, (False,))
+                watchdog.daemon = True
+                watchdog.start()
+            try:
+                lp.solve(cmd)
+            except pulp.PulpSolverError:
+                if watchdog is None or watchdog.is_alive():
+                    raise
+                return _Result("Time limit (stopped)", None, None)
+            finally:
+                if watchdog is not None:
+                    watchdog.cancel()
             status = _status(lp)
             bound = None
             if log_path and os.path.exists(log_path):
@@ -609,8 +627,9 @@ class _Cbc:
                 bound = pulp.value(lp.objective)
             return _Result(status, bound, pulp.value(lp.objective))
 
-    def stop(self) -> None:
-        """Terminate CBC children of this process left behind by an interrupted solve."""
+    def stop(self, reap: bool = True) -> None:
+        """Terminate CBC children of this process (an interrupted or overdue solve); ``reap``
+        waits for them, which only the thread that did not start them may skip."""
         me = str(os.getpid())
         for pid in filter(str.isdigit, os.listdir("/proc") if os.path.isdir("/proc") else []):
             try:
@@ -623,7 +642,8 @@ class _Cbc:
             if fields[1] == me and "cbc" in name.lower():
                 try:
                     os.kill(int(pid), signal.SIGTERM)
-                    os.waitpid(int(pid), 0)
+                    if reap:
+                        os.waitpid(int(pid), 0)
                 except (OSError, ChildProcessError):
                     pass
 
