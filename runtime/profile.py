@@ -10,10 +10,22 @@ from tvm_chiplet.runtime.simulator import SimMessage, SimResult, SimTask, simula
 from tvm_chiplet.targets.system import ChipletSystem
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class DeviceSimResult(SimResult):
+    """A :class:`SimResult` for a chiplet system, plus its DRAM controllers' load.
+
+    ``dram_bytes``, ``dram_busy_cycles`` and ``dram_utilisation`` are indexed by controller id.
+    """
+
+    dram_bytes: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    dram_busy_cycles: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    dram_utilisation: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+
+
 def simulate_workload(
     tasks: list[dict], messages: list[dict], system: ChipletSystem, batches: int = 1,
     network: str = "flow", progress=None, fetches: list[dict] = (),
-) -> SimResult:
+) -> DeviceSimResult:
     """Simulate tasks (``name``, ``cluster``, ``cycles``), routed messages and DRAM fetches.
 
     Each DRAM controller becomes a link of its bandwidth in front of the fetch's route, and
@@ -52,8 +64,8 @@ def simulate_workload(
         progress=progress,
     )
     n, t, m, k = system.num_clusters, len(tasks), len(messages), len(links)
-    return dataclasses.replace(
-        sim,
+    fields = {f.name: getattr(sim, f.name) for f in dataclasses.fields(SimResult)}
+    fields.update(
         task_names=sim.task_names[:t],
         task_start=sim.task_start[:, :t],
         task_end=sim.task_end[:, :t],
@@ -66,11 +78,17 @@ def simulate_workload(
         link_busy_cycles=sim.link_busy_cycles[:k],
         link_utilisation=sim.link_utilisation[:k],
     )
+    return DeviceSimResult(
+        **fields,
+        dram_bytes=sim.link_bytes[k:],
+        dram_busy_cycles=sim.link_busy_cycles[k:],
+        dram_utilisation=sim.link_utilisation[k:],
+    )
 
 
 def simulate_plan(
     plan: dict, system: ChipletSystem, batches: int = 1, network: str = "flow", progress=None
-) -> SimResult:
+) -> DeviceSimResult:
     """Simulate a compiled plan on its system: tasks with cost-model cycles, routed messages."""
     return simulate_workload(plan["tasks"], plan["messages"], system, batches, network, progress,
                              plan.get("dram_fetches", []))
@@ -114,6 +132,14 @@ def profile_report(plan: dict, system: ChipletSystem, sim: SimResult, execution=
         for link in system.links
         if sim.link_bytes[link.id] > 0
     ]
+    drams = [
+        {
+            "dram": dram.id, "node": dram.node, "bytes": float(sim.dram_bytes[dram.id]),
+            "busy_cycles": float(sim.dram_busy_cycles[dram.id]),
+            "utilisation": float(sim.dram_utilisation[dram.id]),
+        }
+        for dram in system.drams
+    ] if isinstance(sim, DeviceSimResult) else []
     total = float(sim.total_cycles)
     report = {
         "system": system.name,
@@ -122,6 +148,7 @@ def profile_report(plan: dict, system: ChipletSystem, sim: SimResult, execution=
         "network": sim.network,
         "clusters": clusters,
         "links": links,
+        "drams": drams,
         "totals": {
             "cycles": total,
             "latency_s": total / freq,
@@ -162,6 +189,12 @@ def format_table(report: dict) -> str:
         f"avg utilisation {100 * totals['avg_utilisation']:.1f}%, "
         f"{len(report['links'])} busy links"
     )
+    streamed = [d for d in report.get("drams", []) if d["bytes"] > 0]
+    if streamed:
+        lines.append("dram: " + ", ".join(
+            f"controller {d['dram']} {d['bytes'] / 1e6:.1f} MB ({100 * d['utilisation']:.1f}% busy)"
+            for d in streamed
+        ))
     if "host" in report:
         lines.append(f"host: wall {1e3 * report['host']['wall_s']:.2f} ms")
     return "\n".join(lines)

@@ -46,3 +46,19 @@ def test_resident_weights_need_no_fetch():
     system = mesh_system(1, 2, sram_bytes=10 * WEIGHTS)
     _, _, resident, fetches = build_workload([WorkItem("a", 1, 2.0, 8.0, WEIGHTS)], system)
     assert resident == [True, True] and fetches == []
+
+
+def test_dram_controller_load_is_reported():
+    from tvm_chiplet.runtime.profile import profile_report
+
+    system = streaming_system()
+    items = [WorkItem("a", 0, 2.0, 8.0, WEIGHTS), WorkItem("b", 1, 2.0, 8.0, WEIGHTS)]
+    tasks, messages, _, fetches = build_workload(items, system)
+    sim = simulate_workload(tasks, messages, system, fetches=fetches)
+    assert sim.dram_bytes.tolist() == [2 * WEIGHTS]
+    assert sim.dram_busy_cycles[0] == pytest.approx(2 * WEIGHTS / 64.0, rel=0.01)
+    plan = {"tasks": [{**t, "op_id": i} for i, t in enumerate(tasks)], "messages": messages,
+            "segments": [], "clusters_used": [0, 1]}
+    report = profile_report(plan, system, sim)
+    assert report["drams"][0]["bytes"] == 2 * WEIGHTS
+    assert 0 < report["drams"][0]["utilisation"] <= 1
