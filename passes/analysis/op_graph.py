@@ -64,6 +64,15 @@ def call_flops(mod: tvm.IRModule, gvar: tvm.ir.GlobalVar, cache: dict) -> float:
     return cache[gvar]
 
 
+def call_tir_weight_bytes(call: relax.Call) -> int:
+    """Bytes of the constant arguments (weights) of a ``call_tir``."""
+    return sum(
+        tensor_bytes(arg.ty, f"constant of {call.args[0].name_hint}")
+        for arg in call.args[1].fields
+        if isinstance(arg, tvm.ir.GenericConst)
+    )
+
+
 def _value_vars(expr: relax.Expr) -> list[relax.Var]:
     return list(relax.analysis.free_vars(expr))
 
@@ -99,9 +108,7 @@ def extract_op_graph(mod: tvm.IRModule) -> OpGraph:
         if isinstance(value, relax.Call) and value.op.same_as(CALL_TIR):
             kind, name = "call_tir", value.args[0].name_hint
             flops = call_flops(mod, value.args[0], flop_cache)
-            for arg in value.args[1].fields:
-                if isinstance(arg, tvm.ir.GenericConst):
-                    weight_bytes += tensor_bytes(arg.ty, f"constant of {name}")
+            weight_bytes = call_tir_weight_bytes(value)
         elif isinstance(value, relax.Tuple):
             kind, name = "tuple", "tuple"
         elif isinstance(value, relax.TupleGetItem):

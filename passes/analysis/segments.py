@@ -11,6 +11,7 @@ from tvm_chiplet.passes.analysis.op_graph import (
     CALL_TIR,
     AnalysisError,
     call_flops,
+    call_tir_weight_bytes,
     main_bindings,
     tensor_bytes,
 )
@@ -140,11 +141,7 @@ def _segment_tasks(mod, func, segment, producers, tasks, flop_cache) -> None:
             for var in reads:
                 for producer in origin.get(var, ()):
                     deps[producer] = deps.get(producer, 0) + tensor_bytes(var.ty, var.name)
-            weight_bytes = sum(
-                tensor_bytes(arg.ty, "constant")
-                for arg in value.args[1].fields
-                if isinstance(arg, tvm.ir.GenericConst)
-            )
+            weight_bytes = call_tir_weight_bytes(value)
             moved = sum(tensor_bytes(v.ty, v.name) for v in reads)
             moved += tensor_bytes(binding.var.ty, binding.var.name) + weight_bytes
             tasks.append(
