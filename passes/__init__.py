@@ -2,17 +2,21 @@
 
 from tvm_chiplet.passes.annotate_placement import AnnotatePlacement
 from tvm_chiplet.passes.assign_placement import AssignPlacement
+from tvm_chiplet.passes.assign_split_placement import AssignSplitPlacement
 from tvm_chiplet.passes.partition_by_cluster import PartitionByCluster
 from tvm_chiplet.passes.pipeline import PIPELINES, get_pipeline
 from tvm_chiplet.passes.reduce_graph import ReduceGraph
 from tvm_chiplet.passes.replicate_data_parallel import ReplicateDataParallel
+from tvm_chiplet.passes.split_operators import SplitOperators
 
 __all__ = [
     "PIPELINES",
     "AnnotatePlacement",
     "AssignPlacement",
+    "AssignSplitPlacement",
     "PartitionByCluster",
     "ReduceGraph",
     "ReplicateDataParallel",
+    "SplitOperators",
     "get_pipeline",
 ]

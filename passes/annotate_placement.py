@@ -79,6 +79,8 @@ class AnnotatePlacement:
             "strategy": self.placement.strategy,
             "objective_cycles": self.placement.objective_cycles,
             "notes": self.placement.notes,
+            "dram_policy": self.placement.dram_policy,
+            "dram_shares": [list(share) for share in self.placement.dram_shares],
         }
         return out.with_attr(ATTR_PLACEMENT, json.dumps(summary, sort_keys=True, default=str))
 

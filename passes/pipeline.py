@@ -7,6 +7,7 @@ from collections.abc import Callable
 import tvm
 
 from tvm_chiplet.passes.assign_placement import AssignPlacement
+from tvm_chiplet.passes.assign_split_placement import AssignSplitPlacement
 from tvm_chiplet.passes.partition_by_cluster import PartitionByCluster
 from tvm_chiplet.passes.planners import DataParallelPlanner, Planner
 from tvm_chiplet.passes.reduce_graph import ReduceGraph
@@ -18,10 +19,12 @@ def _chiplet_default(
     system: ChipletSystem, target: str | tvm.target.Target = "llvm",
     strategy: str | Planner = "pipeline",
 ) -> tvm.transform.Pass:
-    passes = [ReduceGraph(target), AssignPlacement(system, strategy), PartitionByCluster()]
     if strategy == DataParallelPlanner.name:
-        passes.insert(0, ReplicateDataParallel(max_replicas=system.num_clusters))
-    return tvm.transform.Sequential(passes, name="chiplet-default")
+        passes = [ReplicateDataParallel(max_replicas=system.num_clusters), ReduceGraph(target),
+                  AssignPlacement(system, strategy)]
+    else:
+        passes = [AssignSplitPlacement(system, strategy, target)]
+    return tvm.transform.Sequential([*passes, PartitionByCluster()], name="chiplet-default")
 
 
 def _chiplet_reduce(
@@ -41,8 +44,9 @@ PIPELINES: dict[str, Callable[..., tvm.transform.Pass]] = {
 def get_pipeline(name: str = "chiplet-default", **options) -> tvm.transform.Pass:
     """The pass pipeline registered as ``name``.
 
-    ``chiplet-default``: ReduceGraph -> AssignPlacement -> PartitionByCluster (for the
-    ``data-parallel`` strategy, ReplicateDataParallel first).
+    ``chiplet-default``: AssignSplitPlacement (ReduceGraph, plan, and for strategies that split
+    ops SplitOperators and ReduceGraph again) -> PartitionByCluster; for the ``data-parallel``
+    strategy ReplicateDataParallel -> ReduceGraph -> AssignPlacement -> PartitionByCluster.
     ``chiplet-reduce``: ReduceGraph only (what the plain fused TVM build sees).
 
     Parameters

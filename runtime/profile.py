@@ -29,8 +29,9 @@ def simulate_workload(
     """Simulate tasks (``name``, ``cluster``, ``cycles``), routed messages and DRAM fetches.
 
     Each DRAM controller becomes a link of its bandwidth in front of the fetch's route, and
-    each streaming cluster gets a DMA engine (a zero-cycle task stream of its own) that issues
-    its fetches in order, so fetches contend for controllers and links like messages do. The
+    each streaming cluster gets a DMA engine (a zero-cycle task stream of its own) that runs
+    its fetches one after another (a fetch's parts from several controllers in parallel), so
+    fetches contend for controllers and links like messages do. The
     result covers the system's clusters, links, tasks and messages only (fetch tasks, engines
     and controller links are simulated but left out). ``progress(fraction)`` is called as the
     simulation advances; Ctrl-C stops it cleanly.
@@ -43,16 +44,25 @@ def simulate_workload(
         SimMessage(m["src"], m["dst"], int(m["bytes"]), list(m["route"])) for m in messages
     ]
     engines: dict[int, int] = {}
+    landing: dict[int, int] = {}  # task index -> its landing task
     for fetch in fetches:
         engine = engines.setdefault(fetch["cluster"], system.num_clusters + len(engines))
-        index = len(sim_tasks)
-        sim_tasks.append(SimTask(f"dram:{tasks[fetch['task']]['name']}", engine, 0.0))
+        task = fetch["task"]
+        if task not in landing:
+            # One DMA transfer at a time per cluster: the engine issues a fetch, then waits
+            # for all its parts to land before it issues the next one.
+            issue = len(sim_tasks)
+            sim_tasks.append(SimTask(f"dram:{tasks[task]['name']}", engine, 0.0))
+            sim_tasks.append(SimTask(f"landed:{tasks[task]['name']}", engine, 0.0))
+            landing[task] = issue + 1
+            sim_messages.append(SimMessage(issue + 1, task, 0, []))
+            if fetch["after"] is not None:
+                sim_messages.append(SimMessage(fetch["after"], issue, 0, []))
+        issue = landing[task] - 1
         dram_link = len(links) + fetch["dram"]
         sim_messages.append(
-            SimMessage(index, fetch["task"], fetch["bytes"], [dram_link, *fetch["route"]])
+            SimMessage(issue, landing[task], fetch["bytes"], [dram_link, *fetch["route"]])
         )
-        if fetch["after"] is not None:
-            sim_messages.append(SimMessage(fetch["after"], index, 0, []))
     sim = simulate(
         sim_tasks,
         sim_messages,

@@ -6,11 +6,13 @@ multiply-accumulate as two; bytes are bytes; bandwidths are bytes per cycle; lat
 Compute (roofline per cluster)::
 
     op_cycles = max(flops / (2 * macs_per_cycle), bytes_moved / local_bandwidth)
-              + [weights not resident] (weight_bytes / dram_bw + route_latency)
+              + [weights not resident] max_d (share_d * weight_bytes / bw_d + latency_d)
 
-where ``dram_bw`` is the bandwidth of the DRAM controller nearest to the cluster, bounded by the
-narrowest link of the route from that controller to the cluster, and ``route_latency`` is the sum
-of the latencies on that route.
+Weights are interleaved over the DRAM controllers ``d`` in proportion to their bandwidth
+(``share_d``); ``bw_d`` is controller ``d``'s bandwidth bounded by the narrowest link of its
+route to the cluster (a link on several controllers' routes carries all their shares) and
+``latency_d`` the sum of the latencies on that route. This is the no-contention time; the
+simulator shares controllers and links among concurrent fetches.
 
 Communication (analytical, no contention)::
 
@@ -39,21 +41,38 @@ def compute_cycles(flops: float, bytes_moved: float, cluster: Cluster) -> float:
     return max(flops / (2.0 * cluster.macs_per_cycle), bytes_moved / cluster.local_bandwidth)
 
 
-def dram_fetch_cycles(nbytes: float, cluster: Cluster, system: ChipletSystem) -> float:
-    """Cycles to stream ``nbytes`` from the nearest DRAM controller into ``cluster``.
+def dram_fetch_cycles(
+    nbytes: float, cluster: Cluster, system: ChipletSystem, policy: str = "interleave"
+) -> float:
+    """Cycles to stream ``nbytes`` into ``cluster`` from DRAM, with no other traffic.
 
-    ``nbytes / min(controller bandwidth, narrowest link on the route) + route latency``; zero
-    bytes cost nothing.
+    ``interleave``: every controller ``d`` sends ``share_d * nbytes`` (its share of the total DRAM
+    bandwidth) along its route; the time is the most loaded resource (a controller, or a link
+    carrying the parts of several controllers) plus the longest route latency. ``nearest``: the
+    nearest controller sends everything. Zero bytes cost nothing.
     """
     _check_non_negative(nbytes=nbytes)
     if nbytes == 0:
         return 0.0
     topology = system.topology
-    dram = topology.nearest_dram(cluster.id)
-    route = topology.route(dram.node, cluster.id)
-    bandwidth = min(dram.bandwidth, topology.route_bandwidth(dram.node, cluster.id))
-    latency = sum(system.links[i].latency for i in route)
-    return nbytes / bandwidth + latency
+    if policy == "nearest":
+        parts = [(topology.nearest_dram(cluster.id), float(nbytes))]
+    elif policy == "interleave":
+        total = sum(d.bandwidth for d in system.drams)
+        parts = [(d, nbytes * d.bandwidth / total) for d in system.drams]
+    else:
+        raise ValueError(f"unknown DRAM policy {policy!r}; expected 'interleave' or 'nearest'")
+    load: dict[int, float] = {}
+    busiest, latency = 0.0, 0.0
+    for dram, share in parts:
+        route = topology.route(dram.node, cluster.id)
+        busiest = max(busiest, share / dram.bandwidth)
+        latency = max(latency, sum(system.links[i].latency for i in route))
+        for link in route:
+            load[link] = load.get(link, 0.0) + share
+    for link, nbytes_on in load.items():
+        busiest = max(busiest, nbytes_on / system.links[link].bandwidth)
+    return busiest + latency
 
 
 def op_cycles(
@@ -80,7 +99,7 @@ def op_cycles(
         The system (for DRAM placement and routes).
     weights_resident : bool
         ``True`` when the weights already sit in the cluster's SRAM; otherwise they are
-        streamed from the nearest DRAM controller first (see the module docstring).
+        streamed from DRAM first (see the module docstring).
 
     Returns
     -------

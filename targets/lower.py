@@ -24,7 +24,8 @@ from tvm_chiplet.targets.workload import WorkItem, build_workload
 from tvm_chiplet.tools.frontends import input_specs, load_model
 
 
-def describe_plan(schedule: SegmentSchedule, system: ChipletSystem, strategy: str) -> dict:
+def describe_plan(schedule: SegmentSchedule, system: ChipletSystem, strategy: str,
+                  dram_policy: str = "interleave", dram_shares=()) -> dict:
     """The artifact's ``plan.json``: segments, transfers with bytes and routes, modeled tasks.
 
     Task cycles come from the shared cost model; a cluster whose weights exceed its SRAM streams
@@ -36,7 +37,8 @@ def describe_plan(schedule: SegmentSchedule, system: ChipletSystem, strategy: st
                  [(p, b) for p, b in t.deps])
         for t in schedule.tasks
     ]
-    work, messages, resident, fetches = build_workload(items, system, topology)
+    work, messages, resident, fetches = build_workload(items, system, topology, dram_policy,
+                                                       dram_shares)
     tasks = [{**t.to_dict(), "cycles": w["cycles"]} for t, w in zip(schedule.tasks, work,
                                                                       strict=True)]
     transfers = []
@@ -66,6 +68,7 @@ def describe_plan(schedule: SegmentSchedule, system: ChipletSystem, strategy: st
         "transfers": transfers,
         "weights_resident": resident,
         "dram_fetches": fetches,
+        "dram_policy": dram_policy,
         "clusters_used": sorted({s.cluster for s in schedule.segments}),
     }
 
@@ -135,9 +138,14 @@ def build(
     plan_time = time.perf_counter() - started
     executable = tvm.compile(partitioned, target=chiplet_target.tvm_target)
     strategy_name = strategy if isinstance(strategy, str) else getattr(strategy, "name", "custom")
-    plan = describe_plan(read_segments(partitioned), chiplet_target.system, strategy_name)
+    placement = None
     if partitioned.attrs is not None and ATTR_PLACEMENT in partitioned.attrs:
         placement = json.loads(str(partitioned.attrs[ATTR_PLACEMENT]))
+    placement = placement or {}
+    plan = describe_plan(read_segments(partitioned), chiplet_target.system, strategy_name,
+                         placement.get("dram_policy", "interleave"),
+                         [tuple(share) for share in placement.get("dram_shares", [])])
+    if placement:
         plan["strategy"] = placement["strategy"]
         plan["placement"] = placement
     plan["estimate"] = estimate_plan(plan, chiplet_target.system)

@@ -2,6 +2,21 @@
 
 One function serves the compiler (``plan.json`` of an artifact) and the planners (judging a
 placement by simulation before any IR is rewritten), so both see the same numbers.
+
+Weights and SRAM (the memory model the simulator runs)
+------------------------------------------------------
+A cluster keeps the weights of its items in SRAM when they all fit. When they do not, it
+reserves :data:`STREAM_BUFFER_FRACTION` of its SRAM as a double buffer for streamed weights and
+fills the rest with the weights of as many items as fit (largest first, the order that fills a
+budget best with few items); the room left over pins the same fraction of every other item's
+weight tiles, and the rest of those items' weights are fetched from DRAM for every batch.
+A streamed item's fetch is issued when the streamed item two places before it on the cluster has
+finished (two buffers: one being computed from, one being filled), so fetches overlap compute.
+Weights are interleaved over every DRAM controller in proportion to its bandwidth, as memory
+systems interleave addresses across channels (``dram_policy="nearest"`` fetches from the nearest
+controller only, ``"balanced"`` in the proportions a planner chose per cluster): each fetch is
+one message per controller, routed over the network, and the simulator shares controllers and
+links among all fetches and messages.
 """
 
 from __future__ import annotations
@@ -12,6 +27,11 @@ from dataclasses import dataclass
 from tvm_chiplet.targets import cost_model
 from tvm_chiplet.targets.system import ChipletSystem
 from tvm_chiplet.targets.topology import Topology
+
+STREAM_BUFFER_FRACTION = 0.25
+"""Share of a streaming cluster's SRAM kept as the double buffer for streamed weights."""
+
+DRAM_POLICIES = ("interleave", "nearest", "balanced")
 
 
 @dataclass(frozen=True)
@@ -26,47 +46,104 @@ class WorkItem:
     deps: Sequence[tuple[int, int]] = ()  # (producer item index, bytes read from it)
 
 
+def resident_budget(sram_bytes: float, weight_bytes: float) -> float:
+    """Bytes of weights a cluster keeps resident when its items need ``weight_bytes``."""
+    if weight_bytes <= sram_bytes:
+        return sram_bytes
+    return (1.0 - STREAM_BUFFER_FRACTION) * sram_bytes
+
+
+def streamed_bytes(items: Sequence[WorkItem], system: ChipletSystem) -> list[int]:
+    """Per item, the bytes of its weights fetched from DRAM each batch (module docstring)."""
+    streamed = [0] * len(items)
+    for cluster in system.clusters:
+        mine = [i for i, item in enumerate(items)
+                if item.cluster == cluster.id and item.weight_bytes > 0]
+        total = sum(items[i].weight_bytes for i in mine)
+        if total <= cluster.sram_bytes:
+            continue
+        room = resident_budget(cluster.sram_bytes, total)
+        rest = []
+        for i in sorted(mine, key=lambda i: (-items[i].weight_bytes, i)):
+            if items[i].weight_bytes <= room:
+                room -= items[i].weight_bytes
+            else:
+                rest.append(i)
+        pinned = room / sum(items[i].weight_bytes for i in rest)
+        for i in rest:
+            streamed[i] = int(items[i].weight_bytes * (1.0 - pinned))
+    return streamed
+
+
+def controller_shares(system: ChipletSystem, topology: Topology, cluster: int,
+                policy: str = "interleave",
+                shares: Sequence[tuple[int, int, float]] = ()) -> list[tuple[int, float]]:
+    """``(controller id, fraction of the bytes)`` a fetch into ``cluster`` takes from each.
+
+    ``balanced`` takes the ``(cluster, controller, fraction)`` triples of ``shares`` (a cluster
+    without any falls back to ``interleave``).
+    """
+    if policy not in DRAM_POLICIES:
+        raise ValueError(f"dram_policy must be one of {DRAM_POLICIES}, found {policy!r}")
+    if policy == "balanced":
+        mine = [(d, f) for c, d, f in shares if c == cluster and f > 0]
+        if mine:
+            total = sum(f for _, f in mine)
+            return [(int(d), f / total) for d, f in mine]
+        policy = "interleave"
+    if policy == "nearest":
+        return [(topology.nearest_dram(cluster).id, 1.0)]
+    total = sum(d.bandwidth for d in system.drams)
+    return [(d.id, d.bandwidth / total) for d in system.drams]
+
+
 def build_workload(
-    items: Sequence[WorkItem], system: ChipletSystem, topology: Topology | None = None
+    items: Sequence[WorkItem], system: ChipletSystem, topology: Topology | None = None,
+    dram_policy: str = "interleave", dram_shares: Sequence[tuple[int, int, float]] = (),
 ) -> tuple[list[dict], list[dict], list[bool], list[dict]]:
     """Cycles per item, one message per cross-item dependency, and DRAM weight fetches.
-
-    A cluster whose items' weights together exceed its SRAM streams them from its nearest DRAM
-    controller: each of its items with weights gets a fetch of those bytes, routed from the
-    controller over the network, issued when the cluster's previous item ends (one weight
-    buffer) and awaited before the item starts. The simulator shares the controller's bandwidth
-    and the links among all fetches and messages, so streaming clusters contend.
 
     Returns
     -------
     (tasks, messages, weights_resident, fetches)
         ``tasks[i]`` = ``{"name", "cluster", "cycles"}`` (compute only); ``messages`` =
         ``{"src", "dst", "bytes", "route"}`` (empty route within a cluster);
-        ``weights_resident[c]`` for every cluster; ``fetches`` = ``{"task", "cluster",
-        "dram", "bytes", "route", "after"}`` (``after``: the item whose end issues it, or None).
+        ``weights_resident[c]``: whether cluster ``c`` keeps all its weights in SRAM;
+        ``fetches`` = ``{"task", "cluster", "dram", "bytes", "route", "after"}``, one per
+        streamed item and DRAM controller (``after``: the item whose end issues it, or None).
     """
     topology = topology or Topology(system)
-    weights_on = [0.0] * system.num_clusters
-    for item in items:
-        weights_on[item.cluster] += item.weight_bytes
-    resident = [weights_on[c.id] <= c.sram_bytes for c in system.clusters]
+    streamed = streamed_bytes(items, system)
+    resident = [True] * system.num_clusters
     tasks, messages, fetches = [], [], []
-    previous_on: dict[int, int] = {}
+    streamed_on: dict[int, list[int]] = {}
     for index, item in enumerate(items):
         cycles = cost_model.compute_cycles(
             item.flops, item.bytes_moved, system.clusters[item.cluster]
         )
         tasks.append({"name": item.name, "cluster": item.cluster, "cycles": cycles})
-        if not resident[item.cluster] and item.weight_bytes > 0:
-            dram = topology.nearest_dram(item.cluster)
-            fetches.append({
-                "task": index, "cluster": item.cluster, "dram": dram.id,
-                "bytes": int(item.weight_bytes), "route": topology.route(dram.node, item.cluster),
-                "after": previous_on.get(item.cluster),
-            })
-        previous_on[item.cluster] = index
+        if streamed[index] > 0:
+            resident[item.cluster] = False
+            earlier = streamed_on.setdefault(item.cluster, [])
+            after = earlier[-2] if len(earlier) >= 2 else None
+            earlier.append(index)
+            shares = controller_shares(system, topology, item.cluster, dram_policy, dram_shares)
+            sizes = _split_bytes(streamed[index], [share for _, share in shares])
+            for (dram_id, _), nbytes in zip(shares, sizes, strict=True):
+                fetches.append({
+                    "task": index, "cluster": item.cluster, "dram": dram_id, "bytes": nbytes,
+                    "route": topology.route(system.drams[dram_id].node, item.cluster),
+                    "after": after,
+                })
         for producer, nbytes in item.deps:
             src = items[producer].cluster
             route = topology.route(src, item.cluster) if src != item.cluster else []
             messages.append({"src": producer, "dst": index, "bytes": int(nbytes), "route": route})
     return tasks, messages, resident, fetches
+
+
+def _split_bytes(nbytes: int, shares: list[float]) -> list[int]:
+    """``nbytes`` in whole bytes by ``shares`` (summing to 1); the remainder goes to the first."""
+    sizes = [int(nbytes * share) for share in shares]
+    sizes[0] += nbytes - sum(sizes)
+    return sizes

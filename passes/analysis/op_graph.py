@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import networkx as nx
 import tvm
@@ -65,12 +66,22 @@ def call_flops(mod: tvm.IRModule, gvar: tvm.ir.GlobalVar, cache: dict) -> float:
 
 
 def call_tir_weight_bytes(call: relax.Call) -> int:
-    """Bytes of the constant arguments (weights) of a ``call_tir``."""
-    return sum(
-        tensor_bytes(arg.ty, f"constant of {call.args[0].name_hint}")
-        for arg in call.args[1].fields
-        if isinstance(arg, tvm.ir.GenericConst)
-    )
+    """Bytes of the constant arguments (weights) a ``call_tir`` reads.
+
+    A gather (a PrimFunc legalized from ``take``, e.g. an embedding lookup) reads only the rows
+    it selects, so each of its constants counts at most the bytes of the call's output.
+    """
+    name = call.args[0].name_hint
+    cap = None
+    if any(re.fullmatch(r"take\d*", part) for part in name.split("_")):
+        cap = tensor_bytes(call.ty, f"result of {name}") if isinstance(
+            call.ty, relax.TensorType) else None
+    total = 0
+    for arg in call.args[1].fields:
+        if isinstance(arg, tvm.ir.GenericConst):
+            nbytes = tensor_bytes(arg.ty, f"constant of {name}")
+            total += nbytes if cap is None else min(nbytes, cap)
+    return total
 
 
 def _value_vars(expr: relax.Expr) -> list[relax.Var]:

@@ -4,18 +4,28 @@ from tvm_chiplet.passes.planners.auto import AutoPlanner
 from tvm_chiplet.passes.planners.base import Planner, PlanningProblem
 from tvm_chiplet.passes.planners.data_parallel import DataParallelPlanner
 from tvm_chiplet.passes.planners.ilp import IlpPlanner
+from tvm_chiplet.passes.planners.modular import ModularPlanner
 from tvm_chiplet.passes.planners.pipeline import PipelinePlanner, min_bottleneck_partition
 from tvm_chiplet.passes.planners.placement import Placement, PlanningError
 from tvm_chiplet.passes.planners.single import SinglePlanner
+from tvm_chiplet.passes.planners.tensor_parallel import (
+    LayerSequentialPlanner,
+    TensorParallelPlanner,
+)
 
 PLANNERS: dict[str, type] = {
     PipelinePlanner.name: PipelinePlanner,
     DataParallelPlanner.name: DataParallelPlanner,
     IlpPlanner.name: IlpPlanner,
     AutoPlanner.name: AutoPlanner,
+    TensorParallelPlanner.name: TensorParallelPlanner,
+    ModularPlanner.name: ModularPlanner,
     SinglePlanner.name: SinglePlanner,
+    LayerSequentialPlanner.name: LayerSequentialPlanner,
 }
-BASELINES = (SinglePlanner.name,)
+BASELINES = (SinglePlanner.name, LayerSequentialPlanner.name)
+SPLITTING = (TensorParallelPlanner.name, LayerSequentialPlanner.name)
+"""Strategies whose placements split ops: built with AssignSplitPlacement."""
 
 
 def get_planner(name: str, **options) -> Planner:
@@ -28,15 +38,19 @@ def get_planner(name: str, **options) -> Planner:
 __all__ = [
     "BASELINES",
     "PLANNERS",
+    "SPLITTING",
     "AutoPlanner",
     "DataParallelPlanner",
     "IlpPlanner",
+    "LayerSequentialPlanner",
+    "ModularPlanner",
     "PipelinePlanner",
     "Placement",
     "Planner",
     "PlanningError",
     "PlanningProblem",
     "SinglePlanner",
+    "TensorParallelPlanner",
     "get_planner",
     "min_bottleneck_partition",
 ]

@@ -98,4 +98,5 @@ class AutoPlanner:
         notes = {**chosen.notes, "auto": {"objective": self.objective, "batches": self.batches,
                                           "chosen": chosen.strategy, "candidates": rows}}
         return Placement(f"auto:{chosen.strategy}", chosen.op_cluster, chosen.op_stage,
-                         chosen.stage_clusters, chosen.objective_cycles, notes)
+                         chosen.stage_clusters, chosen.objective_cycles, notes, chosen.splits,
+                         chosen.dram_policy)

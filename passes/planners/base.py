@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -16,11 +16,17 @@ from tvm_chiplet.targets.topology import Topology
 
 @dataclass
 class PlanningProblem:
-    """Everything a planner may look at: the graph, the system and the shared cost model."""
+    """Everything a planner may look at: the graph, the system and the shared cost model.
+
+    ``split_dims[op_id]`` maps each dimension an op can be split along (see
+    :data:`~tvm_chiplet.passes.planners.placement.SPLIT_DIMS`) to its size; ops missing from it
+    cannot be split (:func:`~tvm_chiplet.passes.split_operators.find_anchors` provides it).
+    """
 
     graph: OpGraph
     system: ChipletSystem
     topology: Topology
+    split_dims: dict[int, dict[str, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.op_cycles = self._cycles(weights_resident=True)

@@ -3,15 +3,28 @@
 from __future__ import annotations
 
 from tvm_chiplet.passes.planners.base import PlanningProblem
-from tvm_chiplet.passes.planners.placement import Placement
+from tvm_chiplet.passes.planners.placement import (
+    REDUCTION_DIMS,
+    WEIGHT_DIMS,
+    OpSplit,
+    Placement,
+)
 from tvm_chiplet.runtime.profile import simulate_workload
 from tvm_chiplet.runtime.simulator import SimResult
 from tvm_chiplet.targets.workload import WorkItem, build_workload
 
 
 def placement_items(problem: PlanningProblem, placement: Placement) -> list[WorkItem]:
-    """Compute ops as work items on their clusters; plumbing ops pass their producers through."""
+    """Compute ops as work items on their clusters; plumbing ops pass their producers through.
+
+    A split op (:class:`OpSplit`) becomes one item per part plus a combine item (concat, or add
+    for a reduction dimension) on the op's cluster, which its consumers read. A part along a
+    weight dimension holds ``1/k`` of the weights and reads the whole input; along an activation
+    dimension (rows, batch) it reads ``1/k`` of the input and holds all the weights; along a
+    reduction dimension it reads ``1/k`` of both and writes a whole-size partial sum.
+    """
     graph = problem.graph
+    splits = {s.op_id: s for s in placement.splits}
     producers: dict[int, dict[int, int]] = {}  # op -> {compute op: bytes}
     index_of: dict[int, int] = {}
     items: list[WorkItem] = []
@@ -22,15 +35,43 @@ def placement_items(problem: PlanningProblem, placement: Placement) -> list[Work
             sources = {pred: nbytes} if pred in index_of else producers.get(pred, {})
             for source, size in sources.items():
                 reads[source] = reads.get(source, 0) + min(size, nbytes)
-        if op.is_compute:
+        deps = [(index_of[s], b) for s, b in sorted(reads.items())]
+        if op.is_compute and op.op_id in splits:
+            index_of[op.op_id] = _split_items(items, op, splits[op.op_id], deps,
+                                              placement.op_cluster[op.op_id])
+        elif op.is_compute:
             index_of[op.op_id] = len(items)
             items.append(WorkItem(
                 op.name, placement.op_cluster[op.op_id], op.flops, op.bytes_moved,
-                op.weight_bytes, [(index_of[s], b) for s, b in sorted(reads.items())],
+                op.weight_bytes, deps,
             ))
         else:
             producers[op.op_id] = reads
     return items
+
+
+def _split_items(items: list[WorkItem], op, split: OpSplit, deps: list[tuple[int, int]],
+                 home: int) -> int:
+    """Append the parts and the combine item of a split op; return the combine item's index."""
+    k = split.parts
+    reduction = split.dim in REDUCTION_DIMS
+    weights = op.weight_bytes / k if split.dim in WEIGHT_DIMS else op.weight_bytes
+    reads_all = split.dim in WEIGHT_DIMS and not reduction
+    part_in = op.input_bytes if reads_all else op.input_bytes / k
+    part_out = op.output_bytes if reduction else op.output_bytes / k
+    parts = []
+    for p, cluster in enumerate(split.clusters):
+        parts.append(len(items))
+        items.append(WorkItem(
+            f"{op.name}#{p}", cluster, op.flops / k, part_in + part_out + weights, weights,
+            [(src, nbytes if reads_all else nbytes / k) for src, nbytes in deps],
+        ))
+    combine_flops = (k - 1) * op.output_bytes / 4.0 if reduction else 0.0
+    items.append(WorkItem(
+        f"{op.name}#combine", home, combine_flops, k * part_out + op.output_bytes, 0.0,
+        [(part, part_out) for part in parts],
+    ))
+    return len(items) - 1
 
 
 def simulate_placement(
@@ -38,5 +79,6 @@ def simulate_placement(
 ) -> SimResult:
     """Simulate ``placement`` with the shared cost model and the C++ device simulator."""
     items = placement_items(problem, placement)
-    tasks, messages, _, fetches = build_workload(items, problem.system, problem.topology)
+    tasks, messages, _, fetches = build_workload(items, problem.system, problem.topology,
+                                                 placement.dram_policy, placement.dram_shares)
     return simulate_workload(tasks, messages, problem.system, batches, network, fetches=fetches)

@@ -9,6 +9,7 @@ streams from DRAM at the shared cost model's price (or, with ``spill=False``, mu
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -270,7 +271,30 @@ class IlpPlanner:
         )
         if judged:
             notes["simulated_cycles"] = judged
-        return self._placement(best, notes)
+        placement = self._placement(best, notes)
+        if self.judge_by_simulation:
+            placement = self._against_heuristic(problem, placement)
+        return placement
+
+    def _against_heuristic(self, problem: PlanningProblem, placement: Placement) -> Placement:
+        """The better, by simulation, of ``placement`` and the full pipeline heuristic.
+
+        The ILP models one cluster per stage and whole-op streaming; the pipeline heuristic
+        also searches regions, cluster orders and DRAM placement, which the ILP cannot express.
+        Its plan is the ILP's best warm start, so the ILP never returns anything slower.
+        """
+        from tvm_chiplet.passes.planners.evaluate import simulate_placement
+
+        batches = 64 if self.objective == "throughput" else 1
+        heuristic = PipelinePlanner(max_stages=self.max_stages, batches=batches).plan(problem)
+        ours = float(simulate_placement(problem, placement, batches).total_cycles)
+        theirs = float(simulate_placement(problem, heuristic, batches).total_cycles)
+        notes = {**placement.notes, "heuristic_simulated_cycles": theirs,
+                 "ilp_simulated_cycles": ours, "heuristic_kept": theirs < ours}
+        if theirs < ours:
+            return dataclasses.replace(heuristic, strategy=self.name,
+                                       objective_cycles=placement.objective_cycles, notes=notes)
+        return dataclasses.replace(placement, notes=notes)
 
     def _placement(self, cand: _Candidate, notes: dict) -> Placement:
         used = max(cand.op_stage) + 1 if cand.op_stage else 1
@@ -305,7 +329,7 @@ class IlpPlanner:
 
     def _warm_start(self, problem: PlanningProblem, order: list[int]) -> _Candidate:
         """The pipeline DP's split, with a greedy choice of what stays in SRAM."""
-        dp = PipelinePlanner(max_stages=len(order)).plan(problem)
+        dp = PipelinePlanner(max_stages=len(order), search=False).plan(problem)
         op_stage = list(dp.op_stage)
         streamed: set[int] = set()
         spilled: set[int] = set()
@@ -570,7 +594,7 @@ class _Result:
 
     def has_solution(self, lp: pulp.LpProblem) -> bool:
         return self.status not in (
-            "interrupted", "Infeasible", "Not Solved", "Time limit (stopped)"
+            "interrupted", "Infeasible", "Not Solved", "Time limit (stopped)", "CBC failed"
         ) and all(
             v.value() is not None for v in lp.variables()
         )
@@ -609,9 +633,10 @@ class _Cbc:
             try:
                 lp.solve(cmd)
             except pulp.PulpSolverError:
-                if watchdog is None or watchdog.is_alive():
-                    raise
-                return _Result("Time limit (stopped)", None, None)
+                # Stopped by the watchdog, or CBC 2.10 crashed (it segfaults in preprocessing
+                # on some models): either way there is no solution and the warm start stands.
+                stopped = watchdog is not None and not watchdog.is_alive()
+                return _Result("Time limit (stopped)" if stopped else "CBC failed", None, None)
             finally:
                 if watchdog is not None:
                     watchdog.cancel()

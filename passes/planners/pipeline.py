@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+from dataclasses import dataclass
 
 import numpy as np
 
 from tvm_chiplet.passes.planners.base import PlanningProblem
-from tvm_chiplet.passes.planners.placement import Placement, PlanningError
+from tvm_chiplet.passes.planners.dram import balance_dram
+from tvm_chiplet.passes.planners.placement import OpSplit, Placement, PlanningError
+from tvm_chiplet.targets import cost_model
+from tvm_chiplet.targets.workload import STREAM_BUFFER_FRACTION
 
 
 def min_bottleneck_partition(
@@ -87,6 +92,209 @@ def min_bottleneck_partition(
     return bottleneck, [0, *cuts[::-1]]
 
 
+@dataclass(frozen=True)
+class StreamingStage:
+    """A stage found by :func:`min_streaming_partition`: ops ``lo..hi-1`` on the ``width``
+    resources starting at position ``first``, its splittable ops split over all of them."""
+
+    lo: int
+    hi: int
+    first: int
+    width: int
+
+
+def min_streaming_partition(
+    stage_costs: np.ndarray,
+    boundary_costs: np.ndarray,
+    weight_bytes: np.ndarray,
+    capacity: np.ndarray,
+    stream_rate: np.ndarray,
+    dram_bandwidth: float,
+    max_stages: int | None = None,
+    resident_fraction: float = 0.75,
+    split_max: np.ndarray | None = None,
+    spread_bytes: np.ndarray | None = None,
+    spread_rate: float = 1.0,
+    max_width: int = 1,
+    batches: int = 64,
+    grid: int = 40,
+) -> tuple[float, list[StreamingStage], float]:
+    """Contiguous stages, each on a region of resources, minimising the steady batch time when
+    weights stream from DRAM.
+
+    Stage ops ``lo..hi-1`` run on ``w`` consecutive resources (a region, ``w <= max_width``)
+    starting at ``k``: an op with ``split_max >= w`` is split over the whole region (each
+    resource gets ``1/w`` of its compute and weights, and its home -- the first resource --
+    sends its input to the others: ``(w - 1) * spread_bytes / spread_rate`` cycles), any other
+    op runs on the home. A resource holding weights ``W`` streams ``0`` bytes per batch if
+    ``W <= capacity``, else ``W - resident_fraction * capacity``. The stage takes
+    ``t = max(home compute + boundary + spreading, streamed per resource / stream_rate)`` per
+    batch, and all stages share the DRAM, so ``batches`` pipelined inputs take
+
+        ``sum_k t_k + (batches - 1) * max(max_k t_k, total streamed / dram_bandwidth)``
+
+    (the first input crosses every stage, then one leaves per period). For each target ``T``
+    of a geometric grid, a min-plus dynamic program over (ops placed, resources used) finds the
+    partition minimising ``sum_k (t_k + (batches - 1) * streamed_k / dram_bandwidth)`` whose
+    stages all take ``t <= T``; the best objective over the grid wins.
+
+    Returns
+    -------
+    (objective, stages, streamed)
+        The time of ``batches`` inputs, the stages in order, and the bytes streamed per batch.
+    """
+    n, num_resources = stage_costs.shape
+    if n == 0:
+        return 0.0, [], 0.0
+    k_max = min(num_resources, max_stages or num_resources)
+    split_max = np.ones(n, dtype=np.int64) if split_max is None else np.asarray(split_max)
+    spread_bytes = np.zeros(n) if spread_bytes is None else np.asarray(spread_bytes, float)
+    lo, hi = np.triu_indices(n + 1, 1)  # stage = ops lo..hi-1
+
+    def prefix(values: np.ndarray) -> np.ndarray:
+        return np.concatenate([[0.0], np.cumsum(values)])
+
+    options = {}  # (first, width) -> (time, streamed) over the (lo, hi) pairs
+    for width in range(1, max_width + 1):
+        split = split_max >= width if width > 1 else np.zeros(n, dtype=bool)
+        w_split, w_home = prefix(weight_bytes * split), prefix(weight_bytes * ~split)
+        spread = prefix(spread_bytes * split) * (width - 1) / spread_rate
+        for k in range(k_max - width + 1):
+            cost_split = prefix(stage_costs[:, k] * split) / width
+            cost_home = prefix(stage_costs[:, k] * ~split)
+            compute = (cost_home[hi] - cost_home[lo] + cost_split[hi] - cost_split[lo]
+                       + spread[hi] - spread[lo] + (boundary_costs[k, lo] if k > 0 else 0.0))
+            if width > 1 and not split.any():
+                continue
+            part = (w_split[hi] - w_split[lo]) / width
+            home = part + w_home[hi] - w_home[lo]
+            cap = capacity[k]
+            on_home = np.where(home > cap, home - resident_fraction * cap, 0.0)
+            on_other = np.where(part > cap, part - resident_fraction * cap, 0.0)
+            rate = min(stream_rate[k:k + width])
+            time = np.maximum(compute, np.maximum(on_home, on_other) / rate)
+            if width > 1:
+                time = np.where(cost_split[hi] > cost_split[lo], time, np.inf)
+            options[k, width] = (time, on_home + (width - 1) * on_other)
+    every_op = stage_costs[:, :k_max].min(axis=1)
+    t_lo = max(float(every_op.max()) / max_width, float(every_op.sum()) / k_max, 1.0)
+    t_hi = max(float(options[0, 1][0][n - 1]), t_lo)  # (0, n): everything on the first resource
+    best = (np.inf, [], 0.0)
+    dram_weight = (batches - 1) / dram_bandwidth
+    for target in np.geomspace(t_lo, t_hi, grid):
+        found = _least_streamed(options, lo, hi, n, k_max, target, dram_weight)
+        if found is None:
+            continue
+        stages, streamed, slowest, latency = found
+        objective = latency + (batches - 1) * max(slowest, streamed / dram_bandwidth)
+        if objective < best[0] - 1e-9 * max(1.0, objective):
+            best = (objective, stages, streamed)
+    return best
+
+
+def _least_streamed(options, lo, hi, n, k_max, target, dram_weight):
+    """Min-plus DP over (resources used, ops placed) of stage time plus weighted streamed bytes,
+    every stage within ``target``."""
+    g = [np.full(n + 1, np.inf) for _ in range(k_max + 1)]
+    g[0][0] = 0.0
+    choice: dict[tuple[int, int], tuple[int, int, int]] = {}
+    cols = np.arange(n + 1)
+    for used in range(1, k_max + 1):
+        for (first, width), (time, streams) in options.items():
+            if first + width != used or not np.isfinite(g[first]).any():
+                continue
+            cost = np.full((n + 1, n + 1), np.inf)
+            ok = time <= target
+            cost[lo[ok], hi[ok]] = time[ok] + dram_weight * streams[ok]
+            candidates = g[first][:, None] + cost
+            arg = np.argmin(candidates, axis=0)
+            value = candidates[arg, cols]
+            better = value < g[used]
+            g[used] = np.where(better, value, g[used])
+            for j in np.flatnonzero(better):
+                choice[used, int(j)] = (first, width, int(arg[j]))
+    totals = [g[used][n] for used in range(1, k_max + 1)]
+    if not np.isfinite(min(totals)):
+        return None
+    used = int(np.argmin(totals)) + 1
+    stages, j = [], n
+    slowest, latency, streamed = 0.0, 0.0, 0.0
+    while j > 0:
+        first, width, i = choice[used, j]
+        stages.append(StreamingStage(i, j, first, width))
+        index = np.flatnonzero((lo == i) & (hi == j))[0]
+        time, streams = options[first, width]
+        slowest = max(slowest, float(time[index]))
+        latency += float(time[index])
+        streamed += float(streams[index])
+        used, j = first, i
+    return stages[::-1], streamed, slowest, latency
+
+
+def stream_rates(problem: PlanningProblem, policy: str) -> dict[int, float]:
+    """Bytes per cycle each cluster can stream from DRAM in steady state, by DRAM policy.
+
+    ``interleave``: what all controllers push into the cluster alone (cost model). ``nearest``:
+    a cluster hosting its controller streams at the controller's full bandwidth; any other
+    cluster shares its nearest controller with every cluster that controller serves.
+    ``balanced`` (weights placed by :func:`balance_dram`): half of what can enter the cluster
+    (its incoming links and the controllers it hosts), the other half left to through traffic.
+    """
+    system, topology = problem.system, problem.topology
+    if policy == "balanced":
+        rate = {c.id: sum(d.bandwidth for d in system.drams if d.node == c.id)
+                for c in system.clusters}
+        for link in system.links:
+            rate[link.dst] += link.bandwidth
+        return {c: value / 2.0 for c, value in rate.items()}
+    probe = 1e9
+    rate = {c.id: probe / cost_model.dram_fetch_cycles(probe, c, system, policy)
+            for c in system.clusters}
+    if policy == "nearest":
+        served: dict[int, int] = {}
+        for c in system.clusters:
+            dram = topology.nearest_dram(c.id).id
+            served[dram] = served.get(dram, 0) + 1
+        for c in system.clusters:
+            dram = topology.nearest_dram(c.id)
+            if dram.node != c.id:
+                rate[c.id] = min(rate[c.id], dram.bandwidth / served[dram.id])
+    return rate
+
+
+def candidate_orders(problem: PlanningProblem, rate: dict[int, float]) -> list[list[int]]:
+    """Cluster orders worth trying for the stages.
+
+    The topology's snake order and its reverse, then snakes over the grid rows (and over the
+    columns) taken in increasing order of how fast DRAM can stream into them (``rate``), so
+    that the weight-heavy last stages of a network land where DRAM delivers most, and last the
+    clusters sorted by that rate alone (the fastest ones may be far apart).
+    """
+    base = list(problem.topology.cluster_order())
+    position = {c: i for i, c in enumerate(base)}
+    chiplets = problem.system.chiplets
+    where = {c.id: (chiplets[c.chiplet].x, chiplets[c.chiplet].y) for c in problem.system.clusters}
+    orders = [base, base[::-1]]
+    for axis in (1, 0):  # rows, then columns
+        lines: dict[int, list[int]] = {}
+        for c in base:
+            lines.setdefault(where[c][axis], []).append(c)
+        ranked = sorted(lines, key=lambda v: (np.mean([rate[c] for c in lines[v]]), v))
+        order = []
+        for i, line in enumerate(ranked):
+            members = sorted(lines[line], key=lambda c: (where[c][1 - axis], position[c]))
+            order += members if i % 2 == 0 else members[::-1]
+        orders.append(order)
+    # Clusters DRAM reaches fastest last, whether neighbours or not: the last stages carry most
+    # of the weights of most networks.
+    orders.append(sorted(base, key=lambda c: (rate[c], position[c])))
+    unique = []
+    for order in orders:
+        if order not in unique:
+            unique.append(order)
+    return unique
+
+
 class PipelinePlanner:
     """Contiguous pipeline stages over clusters taken in the topology's snake order.
 
@@ -97,36 +305,68 @@ class PipelinePlanner:
     whose weights do not fit its cluster's SRAM is costed with weights streamed from DRAM, as
     the simulator will run it.
 
+    When the weights overflow the total SRAM, streaming them from DRAM dominates: then the
+    planner also runs :func:`min_streaming_partition` (least streamed bytes with balanced
+    stages) over several cluster orders (:func:`candidate_orders`) and both DRAM policies
+    (weights interleaved over every controller, or in the one nearest their cluster), and keeps
+    the candidate the device simulator finds fastest for ``batches`` pipelined inputs.
+
     Parameters
     ----------
     max_stages : int, optional
         Use at most this many clusters (default: every cluster of the system).
+    batches : int, default 64
+        Pipelined inputs the candidates are simulated with.
+    search : bool, default True
+        Try the streaming candidates; ``False`` keeps the compute DP on the snake order.
+    max_region : int, default 4
+        Most clusters one stage may span in the streaming candidates; a stage on a region splits
+        each of its convolutions / matmuls over all the region's clusters along output channels
+        (columns), so each cluster holds a slice of the weights (``1``: one cluster per stage).
     """
 
     name = "pipeline"
 
-    def __init__(self, max_stages: int | None = None) -> None:
+    def __init__(self, max_stages: int | None = None, batches: int = 64,
+                 search: bool = True, max_region: int = 4) -> None:
         if max_stages is not None and max_stages < 1:
             raise PlanningError(f"max_stages must be >= 1, got {max_stages}")
+        if batches < 1:
+            raise PlanningError(f"batches must be >= 1, got {batches}")
+        if max_region < 1:
+            raise PlanningError(f"max_region must be >= 1, got {max_region}")
         self.max_stages = max_stages
+        self.batches = batches
+        self.search = search
+        self.max_region = max_region
 
     def plan(self, problem: PlanningProblem) -> Placement:
         order = list(problem.topology.cluster_order())
-        graph = problem.graph
-        n = len(graph.ops)
-        stage_costs = problem.op_cycles[:, order]
-        streamed_costs = problem.op_cycles_streamed[:, order]
-        weights = np.array([op.weight_bytes for op in graph.ops], dtype=np.float64)
-        capacity = np.array([problem.system.clusters[c].sram_bytes for c in order], dtype=float)
-        cut = graph.cut_bytes()
-        boundary = np.zeros((len(order), n + 1))
-        for k in range(1, len(order)):
-            boundary[k] = [
-                problem.transfer_cycles(nbytes, order[k - 1], order[k]) for nbytes in cut
-            ]
-        bottleneck, starts = min_bottleneck_partition(
-            stage_costs, boundary, self.max_stages, streamed_costs, weights, capacity
-        )
+        starts, bottleneck = self._compute_dp(problem, order)
+        best = self._placement(problem, order, starts, bottleneck, "interleave", {})
+        weights = sum(op.weight_bytes for op in problem.graph.ops)
+        if not self.search or weights <= problem.system.total_sram_bytes:
+            return best
+        from tvm_chiplet.passes.planners.evaluate import simulate_placement
+
+        candidates = [best]
+        for policy in ("interleave", "nearest", "balanced"):
+            rate = stream_rates(problem, policy)
+            for cand_order in candidate_orders(problem, rate):
+                for cand in self._streaming(problem, cand_order, rate, policy):
+                    candidates += [cand, balance_dram(problem, cand)]
+        simulated = []
+        for cand in candidates:
+            cycles = float(simulate_placement(problem, cand, self.batches).total_cycles)
+            simulated.append(cycles)
+        pick = int(np.argmin(simulated))
+        chosen = candidates[pick]
+        notes = {**chosen.notes, "candidates": len(candidates),
+                 "simulated_cycles": simulated[pick], "compute_dp_cycles": simulated[0]}
+        return dataclasses.replace(chosen, notes=notes)
+
+    def _placement(self, problem, order, starts, objective, policy, notes) -> Placement:
+        n = len(problem.graph.ops)
         bounds = [*starts, n]
         op_stage = [0] * n
         for stage, (lo, hi) in enumerate(itertools.pairwise(bounds)):
@@ -137,5 +377,77 @@ class PipelinePlanner:
             op_cluster=tuple(stage_clusters[s] for s in op_stage),
             op_stage=tuple(op_stage),
             stage_clusters=stage_clusters,
-            objective_cycles=bottleneck,
+            objective_cycles=objective,
+            notes=notes,
+            dram_policy=policy,
         )
+
+    def _boundary(self, problem: PlanningProblem, order: list[int]) -> np.ndarray:
+        cut = problem.graph.cut_bytes()
+        boundary = np.zeros((len(order), len(problem.graph.ops) + 1))
+        for k in range(1, len(order)):
+            boundary[k] = [
+                problem.transfer_cycles(nbytes, order[k - 1], order[k]) for nbytes in cut
+            ]
+        return boundary
+
+    def _compute_dp(self, problem: PlanningProblem, order: list[int]) -> tuple[list[int], float]:
+        """Stage starts minimising the bottleneck stage (weights streamed if they overflow)."""
+        weights = np.array([op.weight_bytes for op in problem.graph.ops], dtype=np.float64)
+        capacity = np.array([problem.system.clusters[c].sram_bytes for c in order], dtype=float)
+        bottleneck, starts = min_bottleneck_partition(
+            problem.op_cycles[:, order], self._boundary(problem, order), self.max_stages,
+            problem.op_cycles_streamed[:, order], weights, capacity,
+        )
+        return starts, bottleneck
+
+    def _streaming(self, problem, order, rate, policy) -> list[Placement]:
+        """The streaming DP's stages over ``order``, regions included (none if it fails)."""
+        graph = problem.graph
+        weights = np.array([op.weight_bytes for op in graph.ops], dtype=np.float64)
+        capacity = np.array([problem.system.clusters[c].sram_bytes for c in order], dtype=float)
+        dram = sum(d.bandwidth for d in problem.system.drams)
+        dims = [_region_dim(problem.split_dims.get(op.op_id, {})) for op in graph.ops]
+        split_max = np.array([size for _, size in dims], dtype=np.int64)
+        spread_rate = 2.0 * min(link.bandwidth for link in problem.system.links) if (
+            problem.system.links) else 1.0
+        objective, stages, streamed = min_streaming_partition(
+            problem.op_cycles[:, order], self._boundary(problem, order), weights, capacity,
+            np.array([rate[c] for c in order]), dram, self.max_stages,
+            1.0 - STREAM_BUFFER_FRACTION, split_max,
+            np.array([op.input_bytes for op in graph.ops], dtype=float), spread_rate,
+            self.max_region, self.batches,
+        )
+        if not np.isfinite(objective):
+            return []
+        n = len(graph.ops)
+        op_cluster, op_stage, splits = [0] * n, [0] * n, []
+        for index, stage in enumerate(stages):
+            region = tuple(order[stage.first:stage.first + stage.width])
+            for op_id in range(stage.lo, stage.hi):
+                op_cluster[op_id], op_stage[op_id] = region[0], index
+                if stage.width > 1 and split_max[op_id] >= stage.width:
+                    splits.append(OpSplit(op_id, dims[op_id][0], region))
+        return [Placement(
+            strategy=self.name,
+            op_cluster=tuple(op_cluster),
+            op_stage=tuple(op_stage),
+            stage_clusters=tuple(order[st.first] for st in stages),
+            objective_cycles=objective,
+            notes={"dram_bytes_per_batch": streamed,
+                   "regions": [st.width for st in stages if st.width > 1]},
+            splits=tuple(splits),
+            dram_policy=policy,
+        )]
+
+
+REGION_DIMS = ("out_channels", "cols")
+"""Dimensions a region splits its ops along: each part holds a slice of the weights."""
+
+
+def _region_dim(dims: dict[str, int]) -> tuple[str | None, int]:
+    """The dimension a region stage splits an op along, and how many parts it allows."""
+    for dim in REGION_DIMS:
+        if dims.get(dim, 0) >= 2:
+            return dim, dims[dim]
+    return None, 1

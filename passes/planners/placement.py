@@ -12,6 +12,48 @@ class PlanningError(ValueError):
     """A strategy cannot place this model on this system."""
 
 
+SPLIT_DIMS = {
+    "conv2d": ("out_channels", "in_channels", "rows", "batch"),
+    "matmul": ("cols", "reduction", "rows", "batch"),
+}
+"""Split dimensions of each anchor kind, the weight-splitting one first."""
+
+WEIGHT_DIMS = ("out_channels", "in_channels", "cols", "reduction")
+"""Dimensions whose split also splits the weights (each part holds 1/k of them)."""
+
+REDUCTION_DIMS = ("in_channels", "reduction")
+"""Dimensions whose parts produce partial sums, combined by additions."""
+
+
+DRAM_POLICIES = ("interleave", "nearest", "balanced")
+"""Where streamed weights live: see :attr:`Placement.dram_policy`."""
+
+
+@dataclass(frozen=True)
+class OpSplit:
+    """One op split into parts along ``dim``, part ``p`` on ``clusters[p]``.
+
+    The parts' results are combined (concatenated, or added for a reduction dimension) on the
+    op's own cluster in :attr:`Placement.op_cluster`.
+    """
+
+    op_id: int
+    dim: str
+    clusters: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        known = {d for dims in SPLIT_DIMS.values() for d in dims}
+        if self.dim not in known:
+            raise PlanningError(f"unknown split dim {self.dim!r}; valid: {sorted(known)}")
+        if len(self.clusters) < 2:
+            raise PlanningError(f"a split of op {self.op_id} needs >= 2 parts, "
+                                f"got clusters {list(self.clusters)}")
+
+    @property
+    def parts(self) -> int:
+        return len(self.clusters)
+
+
 @dataclass(frozen=True)
 class Placement:
     """Where every op of the reduced ``main`` runs.
@@ -28,6 +70,16 @@ class Placement:
         Cluster that runs each stage.
     objective_cycles : float
         The planner's own estimate of what it minimised (bottleneck stage cycles for pipeline).
+    notes : dict
+        Planner-specific facts worth reporting (gap, candidates, ...).
+    splits : tuple of OpSplit
+        Ops split across several clusters (tensor-parallel); realised by SplitOperators.
+    dram_policy : str
+        Where streamed weights live in DRAM: ``"interleave"`` over every controller,
+        ``"nearest"``: in the controller nearest the cluster that reads them, or
+        ``"balanced"``: as :attr:`dram_shares` says.
+    dram_shares : tuple of (cluster, controller, fraction)
+        For ``"balanced"``: the fraction of a cluster's streamed bytes each controller holds.
     """
 
     strategy: str
@@ -36,8 +88,15 @@ class Placement:
     stage_clusters: tuple[int, ...]
     objective_cycles: float = 0.0
     notes: dict = field(default_factory=dict)
+    splits: tuple[OpSplit, ...] = ()
+    dram_policy: str = "interleave"
+    dram_shares: tuple[tuple[int, int, float], ...] = ()
 
     def __post_init__(self) -> None:
+        if self.dram_policy not in DRAM_POLICIES:
+            raise PlanningError(
+                f"dram_policy must be one of {DRAM_POLICIES}, found {self.dram_policy!r}"
+            )
         if len(self.op_cluster) != len(self.op_stage):
             raise PlanningError(
                 f"placement has {len(self.op_cluster)} clusters but {len(self.op_stage)} stages"
@@ -51,6 +110,12 @@ class Placement:
             "stage_clusters": list(self.stage_clusters),
             "objective_cycles": self.objective_cycles,
             "notes": dict(self.notes),
+            "splits": [
+                {"op_id": s.op_id, "dim": s.dim, "clusters": list(s.clusters)}
+                for s in self.splits
+            ],
+            "dram_policy": self.dram_policy,
+            "dram_shares": [list(share) for share in self.dram_shares],
         }
 
     @classmethod
@@ -62,4 +127,10 @@ class Placement:
             stage_clusters=tuple(data["stage_clusters"]),
             objective_cycles=float(data.get("objective_cycles", 0.0)),
             notes=dict(data.get("notes", {})),
+            splits=tuple(
+                OpSplit(s["op_id"], s["dim"], tuple(s["clusters"]))
+                for s in data.get("splits", [])
+            ),
+            dram_policy=data.get("dram_policy", "interleave"),
+            dram_shares=tuple(tuple(share) for share in data.get("dram_shares", [])),
         )

@@ -44,7 +44,8 @@ def test_strategy_and_notes_are_kept_as_a_module_attribute():
     placement = Placement("manual", (0, 0, 0), (0, 0, 0), (0,), 12.5, {"gap": 0.01})
     After = AnnotatePlacement(placement)(Before)
     summary = json.loads(str(After.attrs["chiplet.placement"]))
-    assert summary == {"strategy": "manual", "objective_cycles": 12.5, "notes": {"gap": 0.01}}
+    assert summary == {"strategy": "manual", "objective_cycles": 12.5, "notes": {"gap": 0.01},
+                       "dram_policy": "interleave", "dram_shares": []}
 
 
 def test_structure_is_unchanged_apart_from_attributes():

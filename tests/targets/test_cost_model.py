@@ -62,11 +62,12 @@ def test_weights_from_far_dram_are_bounded_by_narrowest_link_and_pay_latency():
     assert cycles == 10.0 + 400.0 / 5.0 + 10.0
 
 
-def test_fetch_uses_the_nearest_controller():
+def test_fetch_is_interleaved_over_controllers_and_waits_for_the_farthest():
     system = mesh_system(1, 4, bandwidth=100.0, latency=4.0, dram_bandwidth=20.0,
                          dram_at=[(0, 0), (3, 0)])  # fmt: skip
     cluster = system.clusters[2]
-    assert cost_model.dram_fetch_cycles(200.0, cluster, system) == 200.0 / 20.0 + 4.0
+    # Half the bytes from each controller; the one at x=0 is two hops away.
+    assert cost_model.dram_fetch_cycles(200.0, cluster, system) == 100.0 / 20.0 + 2 * 4.0
 
 
 def test_zero_weight_bytes_need_no_fetch():

@@ -2,7 +2,7 @@ import pytest
 
 from tvm_chiplet.runtime.profile import simulate_workload
 from tvm_chiplet.targets.topology import mesh_system
-from tvm_chiplet.targets.workload import WorkItem, build_workload
+from tvm_chiplet.targets.workload import WorkItem, build_workload, streamed_bytes
 
 WEIGHTS = 64_000
 
@@ -19,12 +19,55 @@ def test_clusters_whose_weights_overflow_sram_fetch_them_from_dram():
     tasks, _, resident, fetches = build_workload(items, system)
     assert resident == [False, True]
     assert [f["task"] for f in fetches] == [0, 1]
-    assert [f["after"] for f in fetches] == [None, 0]
-    assert all(f["bytes"] == WEIGHTS and f["route"] == [] for f in fetches)
+    # 1024 B of SRAM less the stream buffer pins 768 B: 384 B of each item's weights.
+    assert all(f["bytes"] == WEIGHTS - 384 and f["route"] == [] for f in fetches)
+    # Two weight buffers: both fetches may be issued at once; the DMA engine runs them in turn.
+    assert [f["after"] for f in fetches] == [None, None]
     sim = simulate_workload(tasks, [], system, network="analytical", fetches=fetches)
-    fetch = WEIGHTS / 64.0
+    fetch = (WEIGHTS - 384) / 64.0
     assert sim.task_start[0, 0] == pytest.approx(fetch)
-    assert sim.task_start[0, 1] == pytest.approx(sim.task_end[0, 0] + fetch)
+    assert sim.task_start[0, 1] == pytest.approx(2 * fetch)
+
+
+def test_third_streamed_fetch_waits_for_the_first_item_to_free_its_buffer():
+    system = streaming_system()
+    # "a" computes long enough for the DMA to idle: c's fetch still waits for a's buffer.
+    items = [WorkItem("a", 0, 1e7, 8.0, WEIGHTS), WorkItem("b", 0, 2.0, 8.0, WEIGHTS),
+             WorkItem("c", 0, 2.0, 8.0, WEIGHTS)]
+    tasks, _, _, fetches = build_workload(items, system)
+    assert [f["after"] for f in fetches] == [None, None, 0]
+    sim = simulate_workload(tasks, [], system, network="flow", fetches=fetches)
+    fetch = fetches[2]["bytes"] / 64.0
+    assert tasks[0]["cycles"] > 2 * fetch
+    assert sim.task_start[0, 2] == pytest.approx(sim.task_end[0, 0] + fetch, rel=1e-6)
+
+
+def test_a_cluster_keeps_what_fits_resident_and_streams_the_rest():
+    # 3 MB of SRAM, 4 MB of weights: the 2.25 MB resident budget holds the 2 MB item, and the
+    # 0.25 MB left pins an eighth of each other item's weights.
+    system = mesh_system(1, 1, sram_bytes=3_000_000, dram_at=((0, 0),))
+    sizes = [1_000_000, 2_000_000, 500_000, 500_000]
+    items = [WorkItem(str(i), 0, 1.0, 1.0, size) for i, size in enumerate(sizes)]
+    assert streamed_bytes(items, system) == [875_000, 0, 437_500, 437_500]
+    _, _, resident, fetches = build_workload(items, system)
+    assert resident == [False]
+    assert [(f["task"], f["bytes"]) for f in fetches] == [(0, 875_000), (2, 437_500),
+                                                          (3, 437_500)]
+
+
+def test_interleaved_fetches_take_each_controllers_share():
+    # 1024 B of SRAM less the stream buffer pins 768 B of the 2001: 1233 B stream.
+    system = mesh_system(1, 3, sram_bytes=1024, dram_at=((0, 0), (2, 0)))
+    _, _, _, fetches = build_workload([WorkItem("a", 1, 1.0, 1.0, 2001)], system)
+    assert [(f["dram"], f["bytes"], len(f["route"])) for f in fetches] == [(0, 617, 1),
+                                                                           (1, 616, 1)]
+    _, _, _, nearest = build_workload([WorkItem("a", 0, 1.0, 1.0, 2001)], system,
+                                      dram_policy="nearest")
+    assert [(f["dram"], f["bytes"], f["route"]) for f in nearest] == [(0, 1233, [])]
+    shares = ((0, 1, 0.25), (0, 0, 0.75))
+    _, _, _, balanced = build_workload([WorkItem("a", 0, 1.0, 1.0, 2001)], system,
+                                       dram_policy="balanced", dram_shares=shares)
+    assert [(f["dram"], f["bytes"]) for f in balanced] == [(1, 309), (0, 924)]
 
 
 def test_two_clusters_streaming_from_one_controller_share_its_bandwidth():
@@ -35,9 +78,10 @@ def test_two_clusters_streaming_from_one_controller_share_its_bandwidth():
     shared = simulate_workload(tasks, messages, system, fetches=fetches)
     analytical = simulate_workload(tasks, messages, system, network="analytical",
                                    fetches=fetches)
-    assert alone.task_start[0, 0] == pytest.approx(WEIGHTS / 64.0)
-    assert shared.task_start[0, 0] == pytest.approx(2 * WEIGHTS / 64.0, rel=0.01)
-    assert analytical.task_start[0, 0] == pytest.approx(WEIGHTS / 64.0, rel=0.01)
+    fetch = (WEIGHTS - 768) / 64.0  # each cluster pins 768 B of its one item
+    assert alone.task_start[0, 0] == pytest.approx(fetch)
+    assert shared.task_start[0, 0] == pytest.approx(2 * fetch, rel=0.01)
+    assert analytical.task_start[0, 0] == pytest.approx(fetch, rel=0.01)
     assert len(shared.link_bytes) == len(system.links)
     assert len(shared.cluster_busy_cycles) == system.num_clusters
 
@@ -55,10 +99,11 @@ def test_dram_controller_load_is_reported():
     items = [WorkItem("a", 0, 2.0, 8.0, WEIGHTS), WorkItem("b", 1, 2.0, 8.0, WEIGHTS)]
     tasks, messages, _, fetches = build_workload(items, system)
     sim = simulate_workload(tasks, messages, system, fetches=fetches)
-    assert sim.dram_bytes.tolist() == [2 * WEIGHTS]
-    assert sim.dram_busy_cycles[0] == pytest.approx(2 * WEIGHTS / 64.0, rel=0.01)
+    streamed = 2 * (WEIGHTS - 768)
+    assert sim.dram_bytes.tolist() == [streamed]
+    assert sim.dram_busy_cycles[0] == pytest.approx(streamed / 64.0, rel=0.01)
     plan = {"tasks": [{**t, "op_id": i} for i, t in enumerate(tasks)], "messages": messages,
             "segments": [], "clusters_used": [0, 1]}
     report = profile_report(plan, system, sim)
-    assert report["drams"][0]["bytes"] == 2 * WEIGHTS
+    assert report["drams"][0]["bytes"] == streamed
     assert 0 < report["drams"][0]["utilisation"] <= 1

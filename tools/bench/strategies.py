@@ -5,8 +5,10 @@ Usage: ``python -m tvm_chiplet.tools.bench.strategies [--models ...] [--presets 
 
 For each model (tools/models.py) and preset: every strategy plans the reduced op graph; its
 placement is simulated at batch 1 (latency) and with ``--batches`` pipelined inputs (throughput)
-with the shared cost model; both are compared with the physical lower bound. Writes
-``strategies.csv`` and ``strategies.md``. Ctrl-C stops after writing the rows done so far.
+with the shared cost model; both are compared with the physical lower bound. A placement that
+splits ops is first realised (SplitOperators, ReduceGraph) and the realised module's ops are
+simulated, exactly as the compiled artifact would be. Writes ``strategies.csv`` and
+``strategies.md``. Ctrl-C stops after writing the rows done so far.
 """
 
 from __future__ import annotations
@@ -20,15 +22,23 @@ import time
 from tvm_chiplet.passes import ReduceGraph, ReplicateDataParallel
 from tvm_chiplet.passes.analysis.lower_bound import lower_bound
 from tvm_chiplet.passes.analysis.op_graph import extract_op_graph
+from tvm_chiplet.passes.assign_split_placement import (
+    realise_placement,
+    realise_splits,
+    split_problem,
+)
 from tvm_chiplet.passes.planners import (
     PLANNERS,
     AutoPlanner,
     DataParallelPlanner,
     IlpPlanner,
+    LayerSequentialPlanner,
+    ModularPlanner,
     PipelinePlanner,
     Planner,
     PlanningError,
     PlanningProblem,
+    TensorParallelPlanner,
     get_planner,
 )
 from tvm_chiplet.passes.planners.evaluate import simulate_placement
@@ -55,25 +65,50 @@ def make_planners(names: list[str], batches: int, ilp_time_limit: float) -> dict
             planners[name] = IlpPlanner(time_limit=ilp_time_limit)
         elif name == "auto":
             planners[name] = AutoPlanner(
-                [PipelinePlanner(), IlpPlanner(time_limit=ilp_time_limit)], batches=batches
+                [PipelinePlanner(batches=batches), TensorParallelPlanner(),
+                 ModularPlanner(batches=batches)], batches=batches,
             )
+        elif name in ("pipeline", "modular"):
+            planners[name] = get_planner(name, batches=batches)
         else:
             planners[name] = get_planner(name)
     return planners
 
 
+class Realiser:
+    """Realises placements that split ops on one model, caching the reduced split modules."""
+
+    def __init__(self, mod, anchors: list[int]) -> None:
+        self.mod, self.anchors, self.cache = mod, anchors, {}
+
+    def __call__(self, problem: PlanningProblem, placement):
+        if not placement.splits:
+            return problem, placement
+        key = tuple((s.op_id, s.dim, s.parts) for s in placement.splits)
+        if key not in self.cache:
+            split, _ = realise_splits(self.mod, self.anchors, placement)
+            self.cache[key] = split
+        split = self.cache[key]
+        graph = extract_op_graph(split)
+        realised = realise_placement(placement, self.anchors, graph)
+        return PlanningProblem(graph, problem.system, problem.topology), realised
+
+
 def bench_strategy(
     planner: Planner, problem: PlanningProblem, batches: int, network: str,
-    samples_per_input: int = 1,
+    samples_per_input: int = 1, realise=None,
 ) -> dict:
     """Plan, then simulate one input (latency) and ``batches`` pipelined inputs (throughput).
 
     ``samples_per_input`` > 1 is for data-parallel graphs, whose one input carries that many
-    samples: throughput is then counted in samples per second.
+    samples: throughput is then counted in samples per second. ``realise(problem, placement)``
+    turns a placement that splits ops into the realised module's problem and placement.
     """
     started = time.perf_counter()
     placement = planner.plan(problem)
     plan_s = time.perf_counter() - started
+    splits = len(placement.splits)
+    problem, placement = realise(problem, placement) if realise else (problem, placement)
     single = simulate_placement(problem, placement, 1, network)
     streamed = simulate_placement(problem, placement, batches, network)
     freq = problem.system.frequency_hz
@@ -84,6 +119,8 @@ def bench_strategy(
     return {
         "strategy": placement.strategy,
         "clusters": len(set(placement.op_cluster)),
+        "split_ops": splits,
+        "dram_policy": placement.dram_policy,
         "latency_ms": 1e3 * single.total_cycles / freq,
         "latency_vs_bound": bound_1.ratio(single.total_cycles),
         "throughput_per_s": streamed.throughput_per_cycle * freq * samples_per_input,
@@ -114,13 +151,21 @@ def bench_data_parallel(model_name: str, options: dict, system, args) -> dict:
     return row
 
 
+def mark_layer_sequential(rows: list[dict], model: str, preset: str) -> None:
+    """Give every row of ``model`` on ``preset`` its throughput over layer-sequential's."""
+    same = [r for r in rows if r["model"] == model and r["system"] == preset]
+    base = next(r for r in same if r["strategy"] == LayerSequentialPlanner.name)
+    for row in same:
+        row["vs_layer_sequential"] = row["throughput_per_s"] / base["throughput_per_s"]
+
+
 def write_results(rows: list[dict], out: str, batches: int, network: str) -> None:
     if not rows:
         return
     os.makedirs(out, exist_ok=True)
-    fields = list(rows[0])
+    fields = list(dict.fromkeys(key for row in rows for key in row))
     with open(os.path.join(out, "strategies.csv"), "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=fields)
+        writer = csv.DictWriter(handle, fieldnames=fields, restval="")
         writer.writeheader()
         writer.writerows(rows)
 
@@ -134,7 +179,7 @@ def write_results(rows: list[dict], out: str, batches: int, network: str) -> Non
         "simulated time / physical lower bound of the same work (1.0 is the bound).", "",
         "| " + " | ".join(fields) + " |", "|" + "---|" * len(fields),
     ]
-    lines += ["| " + " | ".join(cell(row[f]) for f in fields) + " |" for row in rows]
+    lines += ["| " + " | ".join(cell(row.get(f, "")) for f in fields) + " |" for row in rows]
     with open(os.path.join(out, "strategies.md"), "w") as handle:
         handle.write("\n".join(lines) + "\n")
 
@@ -156,23 +201,28 @@ def main(argv: list[str] | None = None) -> int:
         for model_name in args.models:
             options = QUICK.get(model_name, {}) if args.quick else {}
             started = time.perf_counter()
-            graph = extract_op_graph(ReduceGraph()(load_model(models.get_model(model_name,
-                                                                               **options))))
-            print(f"[strategies] {model_name}: {len(graph.ops)} ops, reduced in "
+            mod = load_model(models.get_model(model_name, **options))
+            reduced = ReduceGraph()(mod)
+            print(f"[strategies] {model_name}: reduced in "
                   f"{time.perf_counter() - started:.1f} s", flush=True)
+            realiser = None
             for preset in args.presets:
                 system = load_system(preset)
-                problem = PlanningProblem(graph, system, Topology(system))
+                problem, anchors = split_problem(mod, reduced, system)
+                realiser = realiser or Realiser(mod, anchors)
                 for strategy, planner in planners.items():
                     try:
                         if strategy == DataParallelPlanner.name:
                             row = bench_data_parallel(model_name, options, system, args)
                         else:
-                            row = bench_strategy(planner, problem, args.batches, args.network)
+                            row = bench_strategy(planner, problem, args.batches, args.network,
+                                                 realise=realiser)
                     except PlanningError as err:
                         print(f"[strategies] {model_name} {preset} {strategy}: skipped ({err})")
                         continue
                     rows.append({"model": model_name, "system": preset, **row})
+                    if strategy == LayerSequentialPlanner.name:
+                        mark_layer_sequential(rows, model_name, preset)
                     print(f"[strategies] {model_name} {preset} {row['strategy']}: "
                           f"{row['throughput_per_s']:.1f} inf/s "
                           f"({row['throughput_vs_bound']:.2f}x bound), "

@@ -1,0 +1,113 @@
+"""The pipeline planner when weights overflow SRAM: streaming DP, regions, orders, DRAM LP."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from tests.passes.test_ilp_planner import make_graph
+from tvm_chiplet.passes.planners.base import PlanningProblem
+from tvm_chiplet.passes.planners.dram import balance_dram
+from tvm_chiplet.passes.planners.evaluate import simulate_placement
+from tvm_chiplet.passes.planners.pipeline import (
+    PipelinePlanner,
+    candidate_orders,
+    min_streaming_partition,
+    stream_rates,
+)
+from tvm_chiplet.passes.planners.placement import Placement
+from tvm_chiplet.targets.topology import Topology, mesh_system
+
+
+def brute_force(costs, weights, capacity, rate, dram, batches):
+    n, k = costs.shape
+    best = np.inf
+    for stages in range(1, min(n, k) + 1):
+        for cuts in itertools.combinations(range(1, n), stages - 1):
+            bounds = [0, *cuts, n]
+            times, streamed = [], 0.0
+            for s, (lo, hi) in enumerate(itertools.pairwise(bounds)):
+                w = weights[lo:hi].sum()
+                stream = w - 0.75 * capacity[s] if w > capacity[s] else 0.0
+                times.append(max(costs[lo:hi, s].sum(), stream / rate[s]))
+                streamed += stream
+            best = min(best, sum(times) + (batches - 1) * max(max(times), streamed / dram))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_streaming_dp_is_close_to_brute_force_on_one_wide_stages(seed):
+    rng = np.random.default_rng(seed)
+    n, k = int(rng.integers(2, 7)), int(rng.integers(1, 4))
+    costs = rng.integers(1, 20, size=(n, k)).astype(float)
+    weights = rng.integers(0, 10, size=n).astype(float)
+    capacity, rate = np.full(k, 8.0), np.full(k, 0.5)
+    exact = brute_force(costs, weights, capacity, rate, 2.0, 8)
+    found, stages, _ = min_streaming_partition(
+        costs, np.zeros((k, n + 1)), weights, capacity, rate, 2.0, batches=8, grid=200)
+    assert exact <= found + 1e-9
+    assert found <= exact * 1.05  # the grid of targets is the only approximation
+    assert stages[0].lo == 0 and stages[-1].hi == n
+    assert all(a.hi == b.lo for a, b in itertools.pairwise(stages))
+
+
+def test_a_wide_region_splits_a_heavy_op_over_its_clusters():
+    # One op with 16 units of weights; each resource holds 8: only a 2-wide region avoids
+    # streaming.
+    costs = np.array([[10.0, 10.0]])
+    one, _, streamed_one = min_streaming_partition(
+        costs, np.zeros((2, 2)), np.array([16.0]), np.array([8.0, 8.0]), np.array([1.0, 1.0]),
+        1.0, batches=4)
+    two, stages, streamed_two = min_streaming_partition(
+        costs, np.zeros((2, 2)), np.array([16.0]), np.array([8.0, 8.0]), np.array([1.0, 1.0]),
+        1.0, split_max=np.array([4]), max_width=2, batches=4)
+    assert streamed_one == 10.0 and streamed_two == 0.0
+    assert [(s.first, s.width) for s in stages] == [(0, 2)]
+    assert two == pytest.approx(4 * 5.0) and two < one
+
+
+def overflowing_problem():
+    graph = make_graph(
+        [(4e6, 4000, 1_000_000), (8e6, 3000, 3_000_000), (6e6, 3000, 3_000_000),
+         (2e6, 1000, 2_000_000)],
+        [(0, 1), (1, 2), (2, 3)],
+    )
+    system = mesh_system(2, 2, bandwidth=32.0, sram_bytes=1_000_000, dram_bandwidth=16.0,
+                         dram_at=((0, 0), (1, 1)))
+    split_dims = {op: {"out_channels": 64} for op in range(4)}
+    return PlanningProblem(graph, system, Topology(system), split_dims)
+
+
+def test_planner_keeps_the_candidate_the_simulator_finds_fastest():
+    problem = overflowing_problem()
+    placement = PipelinePlanner(batches=8).plan(problem)
+    simulated = simulate_placement(problem, placement, 8).total_cycles
+    baseline = simulate_placement(
+        problem, PipelinePlanner(batches=8, search=False).plan(problem), 8).total_cycles
+    assert placement.notes["candidates"] > 1
+    assert simulated == pytest.approx(placement.notes["simulated_cycles"])
+    assert simulated <= baseline
+    assert PipelinePlanner(batches=8).plan(problem) == placement  # deterministic
+
+
+def test_candidate_orders_put_fast_streaming_clusters_last():
+    problem = overflowing_problem()
+    rate = stream_rates(problem, "nearest")
+    orders = candidate_orders(problem, rate)
+    assert orders[0] == problem.topology.cluster_order()
+    assert all(sorted(order) == [0, 1, 2, 3] for order in orders)
+    hosts = {d.node for d in problem.system.drams}
+    assert set(orders[-1][-2:]) == hosts  # controllers' own clusters stream fastest
+
+
+def test_dram_lp_balances_controllers():
+    problem = overflowing_problem()
+    # Everything on cluster 0, which hosts controller 0: the LP moves half the bytes to 1.
+    placement = Placement("manual", (0, 0, 0, 0), (0, 0, 0, 0), (0,), dram_policy="nearest")
+    balanced = balance_dram(problem, placement)
+    shares = {d: f for c, d, f in balanced.dram_shares if c == 0}
+    assert balanced.dram_policy == "balanced"
+    assert sum(shares.values()) == pytest.approx(1.0)
+    assert 0.2 < shares[1] < 0.8
+    assert (simulate_placement(problem, balanced, 4).total_cycles
+            < simulate_placement(problem, placement, 4).total_cycles)

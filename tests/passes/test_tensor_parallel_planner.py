@@ -1,0 +1,101 @@
+"""Planners that split ops: tensor-parallel, layer-sequential; and how splits are simulated."""
+
+import pytest
+
+from tests.passes.test_ilp_planner import make_graph
+from tvm_chiplet.passes.planners import (
+    LayerSequentialPlanner,
+    PlanningError,
+    PlanningProblem,
+    TensorParallelPlanner,
+    get_planner,
+)
+from tvm_chiplet.passes.planners.evaluate import placement_items, simulate_placement
+from tvm_chiplet.passes.planners.placement import OpSplit, Placement
+from tvm_chiplet.targets.topology import Topology, mesh_system
+
+# A chain of three heavy ops (conv-like) and one light op.
+CHAIN = make_graph(
+    [(4e9, 40_000, 400_000), (8e9, 40_000, 800_000), (4e9, 40_000, 400_000), (1e5, 4000, 0)],
+    [(0, 1), (1, 2), (2, 3)],
+)
+DIMS = {0: {"out_channels": 64, "rows": 56}, 1: {"out_channels": 128, "in_channels": 64},
+        2: {"cols": 3, "reduction": 512}}
+
+
+def problem(clusters=4, dims=DIMS):
+    system = mesh_system(2, clusters // 2, bandwidth=64.0)
+    return PlanningProblem(CHAIN, system, Topology(system), dims)
+
+
+def test_heavy_ops_are_split_and_light_ones_are_not():
+    placement = TensorParallelPlanner().plan(problem())
+    split = {s.op_id: s for s in placement.splits}
+    assert set(split) == {0, 1, 2}
+    assert all(s.parts >= 2 for s in split.values())
+    assert split[2].dim in ("cols", "reduction") and split[2].parts <= 4
+    assert len(set(placement.op_cluster)) == 1  # every combine runs on the hub
+
+
+def test_tensor_parallel_beats_one_cluster():
+    p = problem()
+    single = get_planner("single").plan(p)
+    tp = TensorParallelPlanner().plan(p)
+    assert (simulate_placement(p, tp).total_cycles
+            < 0.6 * simulate_placement(p, single).total_cycles)
+
+
+def test_max_parts_limits_every_split():
+    placement = TensorParallelPlanner(max_parts=2).plan(problem())
+    assert placement.splits and all(s.parts == 2 for s in placement.splits)
+
+
+def test_layer_sequential_splits_every_op_over_all_clusters_along_weights():
+    placement = LayerSequentialPlanner().plan(problem())
+    split = {s.op_id: s for s in placement.splits}
+    assert (split[0].dim, split[0].parts) == ("out_channels", 4)
+    assert (split[1].dim, split[1].parts) == ("out_channels", 4)
+    assert (split[2].dim, split[2].parts) == ("cols", 3)  # only 3 columns
+    assert 3 not in split
+
+
+def test_split_strategies_without_split_dims_say_why():
+    for planner in (TensorParallelPlanner(), LayerSequentialPlanner()):
+        with pytest.raises(PlanningError, match=r"which ops can be split.*pipeline"):
+            planner.plan(problem(dims={}))
+
+
+def test_a_split_becomes_parts_and_a_combine_in_the_workload():
+    p = problem()
+    placement = Placement("manual", (0, 0, 0, 0), (0, 0, 0, 0), (0,),
+                          splits=(OpSplit(1, "out_channels", (0, 1, 2)),
+                                  OpSplit(2, "reduction", (1, 3))))
+    items = placement_items(p, placement)
+    names = [item.name for item in items]
+    assert names == ["op0", "op1#0", "op1#1", "op1#2", "op1#combine", "op2#0", "op2#1",
+                     "op2#combine", "op3"]
+    parts = items[1:4]
+    assert [item.cluster for item in parts] == [0, 1, 2]
+    assert all(item.weight_bytes == pytest.approx(800_000 / 3) for item in parts)
+    assert all(item.deps == [(0, 40_000)] for item in parts)  # whole input to every part
+    assert items[4].deps == [(i, pytest.approx(40_000 / 3)) for i in (1, 2, 3)]  # gather
+    reduction = items[5:7]
+    assert all(item.deps == [(4, 20_000)] for item in reduction)  # half the input each
+    assert items[7].deps == [(5, 40_000), (6, 40_000)]  # whole-size partial sums
+    assert items[7].flops == pytest.approx(40_000 / 4)  # one add per output element
+
+
+def test_bad_split_is_refused():
+    with pytest.raises(PlanningError, match="unknown split dim"):
+        OpSplit(0, "diagonal", (0, 1))
+    with pytest.raises(PlanningError, match="needs >= 2 parts"):
+        OpSplit(0, "rows", (0,))
+    with pytest.raises(PlanningError, match="max_parts must be >= 1"):
+        TensorParallelPlanner(max_parts=0)
+
+
+def test_placement_with_splits_round_trips_through_a_dict():
+    placement = Placement("manual", (0, 1), (0, 1), (0, 1),
+                          splits=(OpSplit(1, "cols", (1, 2)),), dram_policy="balanced",
+                          dram_shares=((1, 0, 0.5), (1, 1, 0.5)))
+    assert Placement.from_dict(placement.to_dict()) == placement
