@@ -117,7 +117,7 @@ def min_streaming_partition(
     spread_rate: float = 1.0,
     max_width: int = 1,
     batches: int = 64,
-    grid: int = 40,
+    grid: int = 24,
 ) -> tuple[float, list[StreamingStage], float]:
     """Contiguous stages, each on a region of resources, minimising the steady batch time when
     weights stream from DRAM.
@@ -181,8 +181,15 @@ def min_streaming_partition(
     t_hi = max(float(options[0, 1][0][n - 1]), t_lo)  # (0, n): everything on the first resource
     best = (np.inf, [], 0.0)
     dram_weight = (batches - 1) / dram_bandwidth
+    dense = {}  # (first, width) -> (time, cost, streamed) as (n + 1, n + 1) matrices
+    for key, (time, streams) in options.items():
+        matrices = [np.full((n + 1, n + 1), np.inf) for _ in range(3)]
+        for matrix, values in zip(matrices, (time, time + dram_weight * streams, streams),
+                                  strict=True):
+            matrix[lo, hi] = values
+        dense[key] = tuple(matrices)
     for target in np.geomspace(t_lo, t_hi, grid):
-        found = _least_streamed(options, lo, hi, n, k_max, target, dram_weight)
+        found = _least_streamed(dense, n, k_max, target)
         if found is None:
             continue
         stages, streamed, slowest, latency = found
@@ -192,21 +199,21 @@ def min_streaming_partition(
     return best
 
 
-def _least_streamed(options, lo, hi, n, k_max, target, dram_weight):
+def _least_streamed(dense, n, k_max, target):
     """Min-plus DP over (resources used, ops placed) of stage time plus weighted streamed bytes,
     every stage within ``target``."""
     g = [np.full(n + 1, np.inf) for _ in range(k_max + 1)]
     g[0][0] = 0.0
     choice: dict[tuple[int, int], tuple[int, int, int]] = {}
     cols = np.arange(n + 1)
+    ending: dict[int, list] = {}
+    for (first, width), matrices in dense.items():
+        ending.setdefault(first + width, []).append((first, width, matrices))
     for used in range(1, k_max + 1):
-        for (first, width), (time, streams) in options.items():
-            if first + width != used or not np.isfinite(g[first]).any():
+        for first, width, (time, cost, _) in ending.get(used, []):
+            if not np.isfinite(g[first]).any():
                 continue
-            cost = np.full((n + 1, n + 1), np.inf)
-            ok = time <= target
-            cost[lo[ok], hi[ok]] = time[ok] + dram_weight * streams[ok]
-            candidates = g[first][:, None] + cost
+            candidates = g[first][:, None] + np.where(time <= target, cost, np.inf)
             arg = np.argmin(candidates, axis=0)
             value = candidates[arg, cols]
             better = value < g[used]
@@ -222,11 +229,10 @@ def _least_streamed(options, lo, hi, n, k_max, target, dram_weight):
     while j > 0:
         first, width, i = choice[used, j]
         stages.append(StreamingStage(i, j, first, width))
-        index = np.flatnonzero((lo == i) & (hi == j))[0]
-        time, streams = options[first, width]
-        slowest = max(slowest, float(time[index]))
-        latency += float(time[index])
-        streamed += float(streams[index])
+        time, _, streams = dense[first, width]
+        slowest = max(slowest, float(time[i, j]))
+        latency += float(time[i, j])
+        streamed += float(streams[i, j])
         used, j = first, i
     return stages[::-1], streamed, slowest, latency
 
@@ -350,10 +356,12 @@ class PipelinePlanner:
         from tvm_chiplet.passes.planners.evaluate import simulate_placement
 
         candidates = [best]
+        # The DP's model of regions is rough: narrower ones are kept as candidates too.
+        widths = sorted({1, min(2, self.max_region), self.max_region})
         for policy in ("interleave", "nearest", "balanced"):
             rate = stream_rates(problem, policy)
-            for cand_order in candidate_orders(problem, rate):
-                for cand in self._streaming(problem, cand_order, rate, policy):
+            for cand_order, width in itertools.product(candidate_orders(problem, rate), widths):
+                for cand in self._streaming(problem, cand_order, rate, policy, width):
                     candidates += [cand, balance_dram(problem, cand)]
         simulated = []
         for cand in candidates:
@@ -401,7 +409,7 @@ class PipelinePlanner:
         )
         return starts, bottleneck
 
-    def _streaming(self, problem, order, rate, policy) -> list[Placement]:
+    def _streaming(self, problem, order, rate, policy, width) -> list[Placement]:
         """The streaming DP's stages over ``order``, regions included (none if it fails)."""
         graph = problem.graph
         weights = np.array([op.weight_bytes for op in graph.ops], dtype=np.float64)
@@ -416,7 +424,7 @@ class PipelinePlanner:
             np.array([rate[c] for c in order]), dram, self.max_stages,
             1.0 - STREAM_BUFFER_FRACTION, split_max,
             np.array([op.input_bytes for op in graph.ops], dtype=float), spread_rate,
-            self.max_region, self.batches,
+            width, self.batches,
         )
         if not np.isfinite(objective):
             return []
