@@ -93,6 +93,7 @@ def realise_placement(placement: Placement, anchors: list[int], split_graph: OpG
         objective_cycles=placement.objective_cycles,
         notes={**placement.notes, "splits": len(placement.splits)},
         dram_policy=placement.dram_policy,
+        dram_shares=placement.dram_shares,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 
@@ -97,6 +98,4 @@ class AutoPlanner:
         chosen = best[1]
         notes = {**chosen.notes, "auto": {"objective": self.objective, "batches": self.batches,
                                           "chosen": chosen.strategy, "candidates": rows}}
-        return Placement(f"auto:{chosen.strategy}", chosen.op_cluster, chosen.op_stage,
-                         chosen.stage_clusters, chosen.objective_cycles, notes, chosen.splits,
-                         chosen.dram_policy)
+        return dataclasses.replace(chosen, strategy=f"auto:{chosen.strategy}", notes=notes)

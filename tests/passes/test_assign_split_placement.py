@@ -37,7 +37,8 @@ class SplitFirstAnchor:
         first = min(problem.split_dims)
         n = len(problem.graph.ops)
         return Placement(self.name, (0,) * n, (0,) * n, (0,),
-                         splits=(OpSplit(first, "out_channels", (1, 2)),))
+                         splits=(OpSplit(first, "out_channels", (1, 2)),),
+                         dram_policy="balanced", dram_shares=((1, 0, 1.0),))
 
 
 def placed_clusters(mod):
@@ -63,6 +64,7 @@ def test_the_split_anchor_runs_in_two_parts_on_the_planned_clusters():
     assert set(clusters) == {0, 1, 2}
     summary = json.loads(str(after.attrs["chiplet.placement"]))
     assert summary["notes"]["splits"] == 1
+    assert (summary["dram_policy"], summary["dram_shares"]) == ("balanced", [[1, 0, 1.0]])
 
 
 def test_split_module_computes_what_the_original_does():

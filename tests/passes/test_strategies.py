@@ -19,8 +19,10 @@ from tvm_chiplet.passes.planners import (
     TensorParallelPlanner,
 )
 from tvm_chiplet.passes.planners.evaluate import simulate_placement
+from tvm_chiplet.passes.planners.placement import Placement
 from tvm_chiplet.runtime.profile import simulate_plan
 from tvm_chiplet.targets.system import load_system
+from tvm_chiplet.targets.topology import Topology
 from tvm_chiplet.tools import models
 from tvm_chiplet.tools.frontends import load_model
 
@@ -111,3 +113,21 @@ def test_auto_with_no_applicable_candidate_says_why(resnet18_problem):
 def test_auto_refuses_unknown_objective():
     with pytest.raises(PlanningError, match="unknown objective 'speed'"):
         AutoPlanner(objective="speed")
+
+
+def test_auto_keeps_every_field_of_the_chosen_placement():
+    class Fixed:
+        name = "fixed"
+
+        def plan(self, problem):
+            n = len(problem.graph.ops)
+            return Placement("fixed", (0,) * n, (0,) * n, (0,), dram_policy="balanced",
+                             dram_shares=((0, 0, 1.0),), notes={"x": 1})
+
+    system = load_system("cluster-4")
+    graph = extract_op_graph(ReduceGraph()(load_model(models.get_model("small-cnn"))))
+    problem = PlanningProblem(graph, system, Topology(system))
+    chosen = AutoPlanner([Fixed()], batches=2).plan(problem)
+    assert chosen.strategy == "auto:fixed"
+    assert (chosen.dram_policy, chosen.dram_shares) == ("balanced", ((0, 0, 1.0),))
+    assert chosen.notes["x"] == 1 and chosen.notes["auto"]["chosen"] == "fixed"

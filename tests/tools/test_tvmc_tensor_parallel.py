@@ -1,15 +1,10 @@
-"""Strategies that split ops (tensor-parallel, layer-sequential) end to end against onnxruntime."""
+"""Strategies that split ops (tensor-parallel, layer-sequential, pipeline regions, modular) end
+to end against onnxruntime."""
 
-import json
-import tarfile
-
-import numpy as np
-import onnx
-import onnxruntime as ort
 import pytest
 
+from tests.tools.e2e import compile_run_and_compare
 from tvm_chiplet.tools import models
-from tvm_chiplet.tools.tvmc import main
 
 
 @pytest.mark.parametrize(
@@ -19,21 +14,48 @@ from tvm_chiplet.tools.tvmc import main
      ("transformer-block", "mesh-4x4", "layer-sequential")],
 )
 def test_split_strategies_match_onnxruntime(tmp_path, capsys, name, preset, strategy):
-    model = models.get_model(name)
-    path = tmp_path / "m.onnx"
-    onnx.save(model, path)
-    inputs = models.example_inputs(model, seed=3)
-    np.savez(tmp_path / "in.npz", **inputs)
-    assert main(["compile", str(path), "--target", f"chiplet/{preset}",
-                 "--target-chiplet-strategy", strategy, "-o", str(tmp_path / "m.tar")]) == 0
+    plan = compile_run_and_compare(tmp_path, models.get_model(name), f"chiplet/{preset}",
+                                   strategy)
     assert f"strategy {strategy}" in capsys.readouterr().out
-    with tarfile.open(tmp_path / "m.tar") as tar:
-        plan = json.load(tar.extractfile("plan.json"))
     assert plan["placement"]["notes"]["splits"] >= 1
     assert len(plan["clusters_used"]) >= 2
-    assert main(["run", str(tmp_path / "m.tar"), "--inputs", str(tmp_path / "in.npz"),
-                 "--outputs", str(tmp_path / "out.npz")]) == 0
-    reference = ort.InferenceSession(model.SerializeToString()).run(None, inputs)[0]
-    with np.load(tmp_path / "out.npz") as data:
-        ours = data["output_0"]
-    assert float(np.abs(ours - reference).max()) / float(np.abs(reference).max()) <= 1e-4
+
+
+TINY_SRAM = """
+[system]
+name = "tiny-sram-2x2"
+frequency_hz = 1.0e9
+[grid]
+rows = 2
+cols = 2
+[grid.chiplet]
+[grid.chiplet.cluster]
+macs_per_cycle = 256
+sram_bytes = 4096
+local_bandwidth = 64.0
+[nop]
+bandwidth = 16.0
+latency = 4.0
+[[dram]]
+chiplet = [0, 0]
+bandwidth = 8.0
+[[dram]]
+chiplet = [1, 1]
+bandwidth = 8.0
+"""
+
+
+def test_pipeline_streams_weights_that_overflow_sram_and_matches_onnxruntime(tmp_path):
+    config = tmp_path / "tiny.toml"
+    config.write_text(TINY_SRAM)
+    plan = compile_run_and_compare(tmp_path, models.get_model("small-cnn"),
+                                   f"chiplet -config={config}", "pipeline")
+    assert plan["dram_fetches"]  # weights stream from DRAM
+    assert plan["placement"]["notes"]["candidates"] > 1
+    assert plan["dram_policy"] in ("interleave", "nearest", "balanced")
+
+
+def test_modular_matches_onnxruntime(tmp_path):
+    plan = compile_run_and_compare(tmp_path, models.get_model("small-cnn"), "chiplet/mesh-4x4",
+                                   "modular")
+    assert plan["strategy"] == "modular"
