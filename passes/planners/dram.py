@@ -28,7 +28,8 @@ from tvm_chiplet.targets.workload import build_workload, streamed_bytes
 def balance_dram(problem: PlanningProblem, placement: Placement) -> Placement:
     """``placement`` with DRAM shares that minimise the busiest controller or link.
 
-    Returns the placement unchanged when nothing streams or there is one controller.
+    Returns the placement unchanged when nothing streams, there is one controller, or pulp's
+    bundled CBC cannot run.
     """
     from tvm_chiplet.passes.planners.evaluate import placement_items
 
@@ -65,7 +66,10 @@ def balance_dram(problem: PlanningProblem, placement: Placement) -> Placement:
     for link, terms in sorted(on_link.items()):
         lp += (background[link] / scale + pulp.lpSum(terms)
                <= busiest * system.links[link].bandwidth), f"link_{link}"
-    lp.solve(pulp.PULP_CBC_CMD(msg=False, timeLimit=10))
+    try:
+        lp.solve(pulp.PULP_CBC_CMD(msg=False, timeLimit=10))
+    except pulp.PulpSolverError:
+        return placement  # no working solver: the placement keeps its own DRAM policy
     if pulp.LpStatus[lp.status] != "Optimal":
         return placement
     shares = tuple(

@@ -111,3 +111,14 @@ def test_dram_lp_balances_controllers():
     assert 0.2 < shares[1] < 0.8
     assert (simulate_placement(problem, balanced, 4).total_cycles
             < simulate_placement(problem, placement, 4).total_cycles)
+
+
+def test_without_a_working_lp_solver_the_placement_keeps_its_policy(monkeypatch):
+    import pulp
+
+    def crash(self, *args, **kwargs):
+        raise pulp.PulpSolverError("cbc missing")
+
+    monkeypatch.setattr(pulp.LpProblem, "solve", crash)
+    placement = Placement("manual", (0, 0, 0, 0), (0, 0, 0, 0), (0,), dram_policy="nearest")
+    assert balance_dram(overflowing_problem(), placement) == placement
