@@ -117,6 +117,7 @@ def min_streaming_partition(
     spread_rate: float = 1.0,
     max_width: int = 1,
     batches: int = 64,
+    exposed: float = 0.0,
     grid: int = 24,
 ) -> tuple[float, list[StreamingStage], float]:
     """Contiguous stages, each on a region of resources, minimising the steady batch time when
@@ -127,9 +128,12 @@ def min_streaming_partition(
     resource gets ``1/w`` of its compute and weights, and its home -- the first resource --
     sends its input to the others: ``(w - 1) * spread_bytes / spread_rate`` cycles), any other
     op runs on the home. A resource holding weights ``W`` streams ``0`` bytes per batch if
-    ``W <= capacity``, else ``W - resident_fraction * capacity``. The stage takes
-    ``t = max(home compute + boundary + spreading, streamed per resource / stream_rate)`` per
-    batch, and all stages share the DRAM, so ``batches`` pipelined inputs take
+    ``W <= capacity``, else ``W - resident_fraction * capacity``. A stage computes for
+    ``c = max(home compute + spreading, boundary)`` (receiving the next input overlaps
+    computing) and fetches for ``f = streamed per resource / stream_rate``; it takes
+    ``t = max(c, f) + exposed * min(c, f)`` per batch (``exposed``: the share of the shorter
+    one that op-by-op prefetching fails to hide), and all stages share the DRAM, so
+    ``batches`` pipelined inputs take
 
         ``sum_k t_k + (batches - 1) * max(max_k t_k, total streamed / dram_bandwidth)``
 
@@ -162,8 +166,10 @@ def min_streaming_partition(
         for k in range(k_max - width + 1):
             cost_split = prefix(stage_costs[:, k] * split) / width
             cost_home = prefix(stage_costs[:, k] * ~split)
-            compute = (cost_home[hi] - cost_home[lo] + cost_split[hi] - cost_split[lo]
-                       + spread[hi] - spread[lo] + (boundary_costs[k, lo] if k > 0 else 0.0))
+            # Receiving the next input overlaps computing the current one.
+            compute = np.maximum(
+                cost_home[hi] - cost_home[lo] + cost_split[hi] - cost_split[lo]
+                + spread[hi] - spread[lo], boundary_costs[k, lo] if k > 0 else 0.0)
             if width > 1 and not split.any():
                 continue
             part = (w_split[hi] - w_split[lo]) / width
@@ -172,7 +178,8 @@ def min_streaming_partition(
             on_home = np.where(home > cap, home - resident_fraction * cap, 0.0)
             on_other = np.where(part > cap, part - resident_fraction * cap, 0.0)
             rate = min(stream_rate[k:k + width])
-            time = np.maximum(compute, np.maximum(on_home, on_other) / rate)
+            fetch = np.maximum(on_home, on_other) / rate
+            time = np.maximum(compute, fetch) + exposed * np.minimum(compute, fetch)
             if width > 1:
                 time = np.where(cost_split[hi] > cost_split[lo], time, np.inf)
             options[k, width] = (time, on_home + (width - 1) * on_other)
@@ -301,6 +308,11 @@ def candidate_orders(problem: PlanningProblem, rate: dict[int, float]) -> list[l
     return unique
 
 
+STREAMING_VARIANTS = (("interleave", 0.0), ("nearest", 0.0), ("balanced", 0.0),
+                      ("balanced", 0.5))
+"""(DRAM policy of the stream rates, exposed fetch share) of the streaming DP runs."""
+
+
 class PipelinePlanner:
     """Contiguous pipeline stages over clusters taken in the topology's snake order.
 
@@ -356,12 +368,12 @@ class PipelinePlanner:
         from tvm_chiplet.passes.planners.evaluate import simulate_placement
 
         candidates = [best]
-        # The DP's model of regions is rough: narrower ones are kept as candidates too.
+        # The DP's model is rough (regions, fetch/compute overlap): variants are candidates.
         widths = sorted({1, min(2, self.max_region), self.max_region})
-        for policy in ("interleave", "nearest", "balanced"):
+        for policy, exposed in STREAMING_VARIANTS:
             rate = stream_rates(problem, policy)
             for cand_order, width in itertools.product(candidate_orders(problem, rate), widths):
-                for cand in self._streaming(problem, cand_order, rate, policy, width):
+                for cand in self._streaming(problem, cand_order, rate, policy, width, exposed):
                     candidates += [cand, balance_dram(problem, cand)]
         simulated = []
         for cand in candidates:
@@ -409,7 +421,7 @@ class PipelinePlanner:
         )
         return starts, bottleneck
 
-    def _streaming(self, problem, order, rate, policy, width) -> list[Placement]:
+    def _streaming(self, problem, order, rate, policy, width, exposed) -> list[Placement]:
         """The streaming DP's stages over ``order``, regions included (none if it fails)."""
         graph = problem.graph
         weights = np.array([op.weight_bytes for op in graph.ops], dtype=np.float64)
@@ -424,7 +436,7 @@ class PipelinePlanner:
             np.array([rate[c] for c in order]), dram, self.max_stages,
             1.0 - STREAM_BUFFER_FRACTION, split_max,
             np.array([op.input_bytes for op in graph.ops], dtype=float), spread_rate,
-            width, self.batches,
+            width, self.batches, exposed,
         )
         if not np.isfinite(objective):
             return []
