@@ -161,6 +161,8 @@ def min_streaming_partition(
     options = {}  # (first, width) -> (time, streamed) over the (lo, hi) pairs
     for width in range(1, max_width + 1):
         split = split_max >= width if width > 1 else np.zeros(n, dtype=bool)
+        if width > 1 and not split.any():
+            continue
         w_split, w_home = prefix(weight_bytes * split), prefix(weight_bytes * ~split)
         spread = prefix(spread_bytes * split) * (width - 1) / spread_rate
         for k in range(k_max - width + 1):
@@ -170,8 +172,6 @@ def min_streaming_partition(
             compute = np.maximum(
                 cost_home[hi] - cost_home[lo] + cost_split[hi] - cost_split[lo]
                 + spread[hi] - spread[lo], boundary_costs[k, lo] if k > 0 else 0.0)
-            if width > 1 and not split.any():
-                continue
             part = (w_split[hi] - w_split[lo]) / width
             home = part + w_home[hi] - w_home[lo]
             cap = capacity[k]
@@ -324,10 +324,12 @@ class PipelinePlanner:
     the simulator will run it.
 
     When the weights overflow the total SRAM, streaming them from DRAM dominates: then the
-    planner also runs :func:`min_streaming_partition` (least streamed bytes with balanced
-    stages) over several cluster orders (:func:`candidate_orders`) and both DRAM policies
-    (weights interleaved over every controller, or in the one nearest their cluster), and keeps
-    the candidate the device simulator finds fastest for ``batches`` pipelined inputs.
+    planner also runs :func:`min_streaming_partition` (stages of one or more clusters balancing
+    compute against DRAM traffic, pipeline fill included) over several cluster orders
+    (:func:`candidate_orders`), region widths and stream-rate models
+    (:data:`STREAMING_VARIANTS`); each candidate is kept as is and with its weights placed in
+    DRAM by :func:`~tvm_chiplet.passes.planners.dram.balance_dram`, and the candidate the device
+    simulator finds fastest for ``batches`` pipelined inputs wins.
 
     Parameters
     ----------
