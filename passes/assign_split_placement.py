@@ -48,41 +48,56 @@ def split_problem(mod: tvm.IRModule, reduced: tvm.IRModule, system: ChipletSyste
     return PlanningProblem(graph, system, Topology(system), split_dims), op_ids
 
 
-def realise_placement(placement: Placement, anchors: list[int], split_graph: OpGraph) -> Placement:
+def realise_placement(placement: Placement, anchors: list[int], split_graph: OpGraph,
+                      graph: OpGraph | None = None) -> Placement:
     """The placement of the split module's ops that realises ``placement``.
 
     The split module's anchor ops are, in order, the parts of each split anchor (on the split's
-    clusters) or the unsplit anchor (on its planned cluster). Every other op runs on the home
-    cluster of the split whose parts it reads (the combine), else where the producer it reads
-    the most bytes from runs, else where the first op was planned.
+    clusters) or the unsplit anchor (on its planned cluster). An op reading several parts of one
+    split is its combine and runs on the split op's planned cluster. The other ops are the
+    planned ``graph``'s other ops in the same order and keep their planned clusters; without
+    ``graph`` (or if the counts differ) each runs where the producer it reads the most bytes
+    from runs, else where the first op was planned.
     """
     by_op = {s.op_id: s for s in placement.splits}
-    expected = []
+    expected = []  # (planned op, cluster) per anchor op of the split module
     for op_id in anchors:
         split = by_op.get(op_id)
         parts = split.clusters if split else (placement.op_cluster[op_id],)
-        expected += [(placement.op_cluster[op_id], c) for c in parts]
+        expected += [(op_id, c) for c in parts]
     new_anchors = anchor_op_ids(split_graph)
     if len(new_anchors) != len(expected):
         raise PlanningError(
             f"the split module has {len(new_anchors)} conv2d/matmul ops, the plan expects "
             f"{len(expected)}; FuseOps grouped the parts unexpectedly"
         )
-    home_of = {op: home for op, (home, _) in zip(new_anchors, expected, strict=True)}
+    origin = {op: planned for op, (planned, _) in zip(new_anchors, expected, strict=True)}
     cluster = {op: c for op, (_, c) in zip(new_anchors, expected, strict=True)}
-    graph = split_graph.graph
+    edges = split_graph.graph
+    combines, others = {}, []
     for op in split_graph.ops:
         if op.op_id in cluster:
             continue
-        preds = sorted(graph.predecessors(op.op_id))
-        homes = {home_of[p] for p in preds if p in home_of}
-        if len(homes) == 1 and len([p for p in preds if p in home_of]) > 1:
-            cluster[op.op_id] = homes.pop()
-        elif preds:
-            top = max(preds, key=lambda p: (graph.edges[p, op.op_id]["nbytes"], -p))
-            cluster[op.op_id] = cluster[top]
+        split_preds = [origin[p] for p in edges.predecessors(op.op_id)
+                       if p in origin and origin[p] in by_op]
+        repeated = [o for o in set(split_preds) if split_preds.count(o) > 1]
+        if repeated:
+            combines[op.op_id] = placement.op_cluster[min(repeated)]
         else:
-            cluster[op.op_id] = placement.op_cluster[0] if placement.op_cluster else 0
+            others.append(op.op_id)
+    cluster.update(combines)
+    planned = [op.op_id for op in graph.ops if op.op_id not in set(anchors)] if graph else None
+    if planned is not None and len(planned) == len(others):
+        cluster.update({new: placement.op_cluster[old]
+                        for new, old in zip(others, planned, strict=True)})
+    else:
+        for op_id in others:  # in order: producers are placed first
+            preds = sorted(edges.predecessors(op_id))
+            if preds:
+                top = max(preds, key=lambda p: (edges.edges[p, op_id]["nbytes"], -p))
+                cluster[op_id] = cluster[top]
+            else:
+                cluster[op_id] = placement.op_cluster[0] if placement.op_cluster else 0
     op_cluster = tuple(cluster[op.op_id] for op in split_graph.ops)
     stages = sorted(set(op_cluster))
     return Placement(
@@ -98,13 +113,14 @@ def realise_placement(placement: Placement, anchors: list[int], split_graph: OpG
 
 
 def realise_splits(mod: tvm.IRModule, anchors: list[int], placement: Placement,
-                   target: str | tvm.target.Target = "llvm") -> tuple[tvm.IRModule, Placement]:
+                   graph: OpGraph | None = None, target: str | tvm.target.Target = "llvm",
+                   ) -> tuple[tvm.IRModule, Placement]:
     """Apply ``placement``'s splits to the high-level ``mod``: the reduced split module and the
-    placement of its ops (:func:`realise_placement`)."""
+    placement of its ops (:func:`realise_placement`; ``graph`` is the planned op graph)."""
     index = {op_id: i for i, op_id in enumerate(anchors)}
     plan = [AnchorSplit(index[s.op_id], s.dim, s.parts) for s in placement.splits]
     split = ReduceGraph(target)(SplitOperators(plan)(mod))
-    return split, realise_placement(placement, anchors, extract_op_graph(split))
+    return split, realise_placement(placement, anchors, extract_op_graph(split), graph)
 
 
 @tvm.transform.module_pass(opt_level=0, name="AssignSplitPlacement")
@@ -144,5 +160,5 @@ class AssignSplitPlacement:
         placement = self.planner.plan(problem)
         if not placement.splits:
             return AnnotatePlacement(placement)(reduced)
-        split, final = realise_splits(mod, anchors, placement, self.target)
+        split, final = realise_splits(mod, anchors, placement, problem.graph, self.target)
         return AnnotatePlacement(final)(split)

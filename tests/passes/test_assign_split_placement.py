@@ -95,3 +95,27 @@ def test_input_module_is_not_mutated():
     text = mod.script()
     AssignSplitPlacement(SYSTEM, SplitFirstAnchor())(mod)
     assert mod.script() == text
+
+
+def test_ops_other_than_anchors_and_combines_keep_their_planned_clusters():
+    class OthersOnThree:
+        name = "others-on-three"
+
+        def plan(self, problem):
+            anchors = set(problem.split_dims)
+            n = len(problem.graph.ops)
+            clusters = tuple(0 if op in anchors else 3 for op in range(n))
+            return Placement(self.name, clusters, (0,) * n, (0, 3),
+                             splits=(OpSplit(min(anchors), "out_channels", (1, 2)),))
+
+    mod = small_cnn()
+    after = AssignSplitPlacement(SYSTEM, OthersOnThree())(mod)
+    graph = extract_op_graph(after)
+    anchors = set(anchor_op_ids(graph))
+    placed = placed_clusters(after)
+    combines = [op.op_id for op in graph.ops
+                if sum(p in anchors for p in graph.graph.predecessors(op.op_id)) > 1]
+    assert len(combines) == 1 and placed[combines[0]][0] == 0  # the split op's own cluster
+    others = [op.op_id for op in graph.ops if op.is_compute and op.op_id not in anchors
+              and op.op_id not in combines]
+    assert others and all(placed[op][0] == 3 for op in others)

@@ -51,7 +51,7 @@ def test_realised_split_placement_is_judged_exactly_as_the_compiled_plan(resnet1
     model, problem = resnet18_problem
     placement = TensorParallelPlanner().plan(problem)
     anchors = anchor_op_ids(problem.graph)
-    split, realised = realise_splits(load_model(model), anchors, placement)
+    split, realised = realise_splits(load_model(model), anchors, placement, problem.graph)
     realised_problem = PlanningProblem(extract_op_graph(split), problem.system, problem.topology)
     lib = tvm_chiplet.build(model, target="chiplet/mesh-4x4", strategy="tensor-parallel")
     judged = simulate_placement(realised_problem, realised, 8).total_cycles

@@ -86,11 +86,11 @@ class Realiser:
             return problem, placement
         key = tuple((s.op_id, s.dim, s.parts) for s in placement.splits)
         if key not in self.cache:
-            split, _ = realise_splits(self.mod, self.anchors, placement)
+            split, _ = realise_splits(self.mod, self.anchors, placement, problem.graph)
             self.cache[key] = split
         split = self.cache[key]
         graph = extract_op_graph(split)
-        realised = realise_placement(placement, self.anchors, graph)
+        realised = realise_placement(placement, self.anchors, graph, problem.graph)
         return PlanningProblem(graph, problem.system, problem.topology), realised
 
 
