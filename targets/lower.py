@@ -83,7 +83,8 @@ def estimate_plan(plan: dict, system: ChipletSystem, network: str = "flow") -> l
     for batches in ESTIMATE_BATCHES:
         sim = simulate_workload(plan["tasks"], plan["messages"], system, batches, network,
                                 fetches=plan["dram_fetches"])
-        bound = lower_bound(graph, system, batches, weights_preloaded=True)
+        bound = lower_bound(graph, system, batches, weights_preloaded=True,
+                        io_in_dram=False)
         rows.append({
             "batches": batches,
             "network": network,

@@ -27,7 +27,9 @@ cycle of all clusters, ``L = sum(local_bandwidth)``, ``D = sum(dram bandwidth)``
     the SRAM's worth can stay resident between batches), plus every batch's model inputs and
     outputs. With ``weights_preloaded=True`` the weights are already in SRAM when the clock
     starts (the convention of the cost model and the simulator, which charge resident weights
-    nothing), so only the overflow is counted, for every batch.
+    nothing), so only the overflow is counted, for every batch. With ``io_in_dram=False`` the
+    model inputs and outputs are left out (the simulator's convention: inputs appear in and
+    outputs leave from the clusters' SRAM, host I/O is not modelled).
 ``bisection``
     Bytes that every placement must move across the narrowest balanced cut, over its bandwidth.
     This bound is **zero**: in this model no positive amount of data is forced across the cut.
@@ -150,7 +152,8 @@ class LowerBound:
 
 
 def lower_bound(
-    graph: OpGraph, system: ChipletSystem, batches: int = 1, weights_preloaded: bool = False
+    graph: OpGraph, system: ChipletSystem, batches: int = 1, weights_preloaded: bool = False,
+    io_in_dram: bool = True,
 ) -> LowerBound:
     """Physical lower bound of running ``batches`` inferences of ``graph`` on ``system``.
 
@@ -165,6 +168,9 @@ def lower_bound(
     weights_preloaded : bool, default False
         Count no DRAM time for the first load of the weights that fit in SRAM (they are loaded
         before timing starts, as the simulator assumes); ``False`` is the physical cold start.
+    io_in_dram : bool, default True
+        Count the model inputs and outputs as DRAM traffic; ``False`` matches the simulator,
+        which does not model host I/O.
 
     Returns
     -------
@@ -200,7 +206,7 @@ def lower_bound(
 
     weights = graph.total_weight_bytes
     overflow = max(0, weights - system.total_sram_bytes)
-    io_bytes = model_input_bytes(graph) + model_output_bytes(graph)
+    io_bytes = model_input_bytes(graph) + model_output_bytes(graph) if io_in_dram else 0
     dram_bandwidth = sum(d.bandwidth for d in system.drams)
     first_load = overflow if weights_preloaded else weights
     dram_bytes = first_load + (batches - 1) * overflow + batches * io_bytes

@@ -212,8 +212,15 @@ def test_simulated_plans_never_beat_the_bound(model_name, preset):
     lib = tvm_chiplet.build(model, target=f"chiplet/{preset}")
     for batches in (1, 8):
         sim = simulate_plan(lib.plan, lib.system, batches=batches)
-        # The simulator starts with resident weights already in SRAM.
-        bound = lower_bound(graph, lib.system, batches, weights_preloaded=True)
+        # The simulator starts with resident weights already in SRAM and models no host I/O.
+        bound = lower_bound(graph, lib.system, batches, weights_preloaded=True,
+                            io_in_dram=False)
         assert isinstance(bound, LowerBound)
         assert bound.bound_cycles > 0
         assert bound.ratio(sim.total_cycles) >= 1.0 - 1e-9, (preset, batches, bound.to_dict())
+
+
+def test_io_can_be_left_out_of_the_dram_term():
+    spills = make_graph([(0.0, 100, 60, 2500)], input_uses=((0,),), output_ops=(0,))
+    bound = lower_bound(spills, two_clusters(), 3, weights_preloaded=True, io_in_dram=False)
+    assert bound.dram_bytes == 3 * 500
