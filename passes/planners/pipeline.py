@@ -12,7 +12,7 @@ from tvm_chiplet.passes.planners.base import PlanningProblem
 from tvm_chiplet.passes.planners.dram import balance_dram
 from tvm_chiplet.passes.planners.placement import OpSplit, Placement, PlanningError
 from tvm_chiplet.targets import cost_model
-from tvm_chiplet.targets.workload import STREAM_BUFFER_FRACTION
+from tvm_chiplet.targets.workload import STREAM_BUFFER_FRACTION, streamed_bytes
 
 
 def min_bottleneck_partition(
@@ -323,8 +323,9 @@ class PipelinePlanner:
     whose weights do not fit its cluster's SRAM is costed with weights streamed from DRAM, as
     the simulator will run it.
 
-    When the weights overflow the total SRAM, streaming them from DRAM dominates: then the
-    planner also runs :func:`min_streaming_partition` (stages of one or more clusters balancing
+    When that split leaves weights streaming from DRAM (they overflow the total SRAM, or one
+    stage's ops hold more than its cluster's SRAM), streaming dominates: then the planner also
+    runs :func:`min_streaming_partition` (stages of one or more clusters balancing
     compute against DRAM traffic, pipeline fill included) over several cluster orders
     (:func:`candidate_orders`), region widths and stream-rate models
     (:data:`STREAMING_VARIANTS`); each candidate is kept as is and with its weights placed in
@@ -364,10 +365,11 @@ class PipelinePlanner:
         order = list(problem.topology.cluster_order())
         starts, bottleneck = self._compute_dp(problem, order)
         best = self._placement(problem, order, starts, bottleneck, "interleave", {})
-        weights = sum(op.weight_bytes for op in problem.graph.ops)
-        if not self.search or weights <= problem.system.total_sram_bytes:
+        from tvm_chiplet.passes.planners.evaluate import placement_items, simulate_placement
+
+        if not self.search or not any(streamed_bytes(placement_items(problem, best),
+                                                     problem.system)):
             return best
-        from tvm_chiplet.passes.planners.evaluate import simulate_placement
 
         candidates = [best]
         # The DP's model is rough (regions, fetch/compute overlap): variants are candidates.
