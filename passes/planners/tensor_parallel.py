@@ -7,8 +7,7 @@ a concat (or, for a reduction dimension, an add) on the op's own cluster.
 
 from __future__ import annotations
 
-import networkx as nx
-
+from tvm_chiplet.passes.analysis.modules import op_depth
 from tvm_chiplet.passes.planners.base import PlanningProblem
 from tvm_chiplet.passes.planners.placement import (
     REDUCTION_DIMS,
@@ -36,14 +35,10 @@ def hub_cluster(problem: PlanningProblem) -> int:
 
 
 def depth_modules(problem: PlanningProblem) -> list[list[int]]:
-    """Ops grouped by their depth (longest path from the inputs), in depth order."""
-    graph = problem.graph.graph
-    depth: dict[int, int] = {}
-    for node in nx.lexicographical_topological_sort(graph):
-        depth[node] = max((depth[p] + 1 for p in graph.predecessors(node)), default=0)
+    """Ops grouped by their depth (:func:`~tvm_chiplet.passes.analysis.modules.op_depth`)."""
     modules: dict[int, list[int]] = {}
-    for node in sorted(depth):
-        modules.setdefault(depth[node], []).append(node)
+    for node, depth in enumerate(op_depth(problem.graph)):
+        modules.setdefault(depth, []).append(node)
     return [modules[d] for d in sorted(modules)]
 
 
