@@ -8,6 +8,7 @@ from tvm_chiplet.passes.planners.placement import (
     WEIGHT_DIMS,
     OpSplit,
     Placement,
+    part_bytes,
 )
 from tvm_chiplet.runtime.profile import simulate_workload
 from tvm_chiplet.runtime.simulator import SimResult
@@ -17,11 +18,9 @@ from tvm_chiplet.targets.workload import WorkItem, build_workload
 def placement_items(problem: PlanningProblem, placement: Placement) -> list[WorkItem]:
     """Compute ops as work items on their clusters; plumbing ops pass their producers through.
 
-    A split op (:class:`OpSplit`) becomes one item per part plus a combine item (concat, or add
-    for a reduction dimension) on the op's cluster, which its consumers read. A part along a
-    weight dimension holds ``1/k`` of the weights and reads the whole input; along an activation
-    dimension (rows, batch) it reads ``1/k`` of the input and holds all the weights; along a
-    reduction dimension it reads ``1/k`` of both and writes a whole-size partial sum.
+    A split op (:class:`OpSplit`) becomes one item per part (bytes from :func:`part_bytes`)
+    plus a combine item (concat, or add for a reduction dimension) on the op's cluster, which
+    its consumers read.
     """
     graph = problem.graph
     splits = {s.op_id: s for s in placement.splits}
@@ -55,10 +54,9 @@ def _split_items(items: list[WorkItem], op, split: OpSplit, deps: list[tuple[int
     """Append the parts and the combine item of a split op; return the combine item's index."""
     k = split.parts
     reduction = split.dim in REDUCTION_DIMS
-    weights = op.weight_bytes / k if split.dim in WEIGHT_DIMS else op.weight_bytes
+    part_in, part_out, weights = part_bytes(op.input_bytes, op.output_bytes, op.weight_bytes,
+                                            split.dim, k)
     reads_all = split.dim in WEIGHT_DIMS and not reduction
-    part_in = op.input_bytes if reads_all else op.input_bytes / k
-    part_out = op.output_bytes if reduction else op.output_bytes / k
     parts = []
     for p, cluster in enumerate(split.clusters):
         parts.append(len(items))

@@ -29,6 +29,23 @@ DRAM_POLICIES = ("interleave", "nearest", "balanced")
 """Where streamed weights live: see :attr:`Placement.dram_policy`."""
 
 
+def part_bytes(input_bytes: float, output_bytes: float, weight_bytes: float, dim: str | None,
+               parts: int) -> tuple[float, float, float]:
+    """``(input, output, weight)`` bytes of one of ``parts`` parts of an op split along ``dim``.
+
+    Along a weight dimension a part holds ``1/k`` of the weights and reads the whole input;
+    along an activation dimension (rows, batch) it reads ``1/k`` of the input and holds all
+    the weights; along a reduction dimension it reads ``1/k`` of both and writes a whole-size
+    partial sum. ``dim=None`` (with ``parts=1``) is the whole op.
+    """
+    reduction = dim in REDUCTION_DIMS
+    weights = weight_bytes / parts if dim in WEIGHT_DIMS else weight_bytes
+    reads_all = dim in WEIGHT_DIMS and not reduction
+    part_in = input_bytes if reads_all else input_bytes / parts
+    part_out = output_bytes if reduction else output_bytes / parts
+    return part_in, part_out, weights
+
+
 @dataclass(frozen=True)
 class OpSplit:
     """One op split into parts along ``dim``, part ``p`` on ``clusters[p]``.

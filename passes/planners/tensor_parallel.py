@@ -10,11 +10,11 @@ from __future__ import annotations
 from tvm_chiplet.passes.analysis.modules import op_depth
 from tvm_chiplet.passes.planners.base import PlanningProblem
 from tvm_chiplet.passes.planners.placement import (
-    REDUCTION_DIMS,
     WEIGHT_DIMS,
     OpSplit,
     Placement,
     PlanningError,
+    part_bytes,
 )
 from tvm_chiplet.targets import cost_model
 
@@ -128,12 +128,8 @@ def _split_cost(problem, op, dim, clusters, weights_on, hub, hub_out) -> float:
     """Modeled cycles of ``op`` split along ``dim`` over ``clusters`` (``dim=None``: whole)."""
     system = problem.system
     k = len(clusters)
-    reduction = dim in REDUCTION_DIMS
-    in_weight_dim = dim in WEIGHT_DIMS
-    weights = op.weight_bytes / k if in_weight_dim else op.weight_bytes
-    part_in = op.input_bytes if (in_weight_dim and not reduction) or dim is None else (
-        op.input_bytes / k)
-    part_out = op.output_bytes if reduction or dim is None else op.output_bytes / k
+    part_in, part_out, weights = part_bytes(op.input_bytes, op.output_bytes, op.weight_bytes,
+                                            dim, k)
     compute = 0.0
     for c in clusters:
         cluster = system.clusters[c]
