@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from tvm_chiplet.targets import cost_model
 from tvm_chiplet.targets.system import ChipletSystem
 from tvm_chiplet.targets.topology import Topology
@@ -44,6 +46,16 @@ class WorkItem:
     bytes_moved: float
     weight_bytes: float
     deps: Sequence[tuple[int, int]] = ()  # (producer item index, bytes read from it)
+
+
+def overflow_bytes(weight_bytes, sram_bytes):
+    """Bytes per batch a cluster holding ``weight_bytes`` of weights streams, however they
+    divide into ops: none if they fit its SRAM, else all beyond the resident budget.
+
+    Works on numbers and element-wise on numpy arrays (what planners estimate stages with).
+    """
+    return np.where(weight_bytes > sram_bytes,
+                    weight_bytes - (1.0 - STREAM_BUFFER_FRACTION) * sram_bytes, 0.0)
 
 
 def resident_budget(sram_bytes: float, weight_bytes: float) -> float:

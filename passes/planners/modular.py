@@ -30,7 +30,7 @@ from tvm_chiplet.passes.planners.dram import balance_dram
 from tvm_chiplet.passes.planners.evaluate import simulate_placement
 from tvm_chiplet.passes.planners.pipeline import min_bottleneck_partition
 from tvm_chiplet.passes.planners.placement import Placement, PlanningError
-from tvm_chiplet.targets.workload import STREAM_BUFFER_FRACTION, controller_shares
+from tvm_chiplet.targets.workload import controller_shares, overflow_bytes
 
 _REL_TOL = 1e-12
 
@@ -137,8 +137,7 @@ class _CostModel:
         own = self.cycles[np.arange(len(assign)), assign]
         compute = np.bincount(assign, own, c)
         weights = np.bincount(assign, self.weights, c)
-        over = weights > self.sram
-        streamed = np.where(over, weights - (1 - STREAM_BUFFER_FRACTION) * self.sram, 0.0)
+        streamed = overflow_bytes(weights, self.sram)
         link_load = self.data_load(assign) + streamed @ self.fetch_inv
         dram_load = (streamed @ self.dram_share) / self.dram_bw
         dram = float(dram_load.max(initial=0.0))

@@ -12,7 +12,7 @@ from tvm_chiplet.passes.planners.base import PlanningProblem
 from tvm_chiplet.passes.planners.dram import balance_dram
 from tvm_chiplet.passes.planners.placement import OpSplit, Placement, PlanningError
 from tvm_chiplet.targets import cost_model
-from tvm_chiplet.targets.workload import STREAM_BUFFER_FRACTION, streamed_bytes
+from tvm_chiplet.targets.workload import overflow_bytes, streamed_bytes
 
 
 def min_bottleneck_partition(
@@ -111,7 +111,6 @@ def min_streaming_partition(
     stream_rate: np.ndarray,
     dram_bandwidth: float,
     max_stages: int | None = None,
-    resident_fraction: float = 0.75,
     split_max: np.ndarray | None = None,
     spread_bytes: np.ndarray | None = None,
     spread_rate: float = 1.0,
@@ -174,9 +173,8 @@ def min_streaming_partition(
                 + spread[hi] - spread[lo], boundary_costs[k, lo] if k > 0 else 0.0)
             part = (w_split[hi] - w_split[lo]) / width
             home = part + w_home[hi] - w_home[lo]
-            cap = capacity[k]
-            on_home = np.where(home > cap, home - resident_fraction * cap, 0.0)
-            on_other = np.where(part > cap, part - resident_fraction * cap, 0.0)
+            on_home = overflow_bytes(home, capacity[k])
+            on_other = overflow_bytes(part, capacity[k])
             rate = min(stream_rate[k:k + width])
             fetch = np.maximum(on_home, on_other) / rate
             time = np.maximum(compute, fetch) + exposed * np.minimum(compute, fetch)
@@ -438,10 +436,9 @@ class PipelinePlanner:
             problem.system.links) else 1.0
         objective, stages, streamed = min_streaming_partition(
             problem.op_cycles[:, order], self._boundary(problem, order), weights, capacity,
-            np.array([rate[c] for c in order]), dram, self.max_stages,
-            1.0 - STREAM_BUFFER_FRACTION, split_max,
-            np.array([op.input_bytes for op in graph.ops], dtype=float), spread_rate,
-            width, self.batches, exposed,
+            np.array([rate[c] for c in order]), dram, self.max_stages, split_max=split_max,
+            spread_bytes=np.array([op.input_bytes for op in graph.ops], dtype=float),
+            spread_rate=spread_rate, max_width=width, batches=self.batches, exposed=exposed,
         )
         if not np.isfinite(objective):
             return []
