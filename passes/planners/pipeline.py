@@ -362,7 +362,14 @@ class PipelinePlanner:
 
     def plan(self, problem: PlanningProblem) -> Placement:
         order = list(problem.topology.cluster_order())
-        starts, bottleneck = self._compute_dp(problem, order)
+        boundaries: dict[tuple[int, ...], np.ndarray] = {}  # receive costs, once per order
+
+        def boundary(order: list[int]) -> np.ndarray:
+            if tuple(order) not in boundaries:
+                boundaries[tuple(order)] = self._boundary(problem, order)
+            return boundaries[tuple(order)]
+
+        starts, bottleneck = self._compute_dp(problem, order, boundary(order))
         best = self._placement(problem, order, starts, bottleneck, "interleave", {})
         from tvm_chiplet.passes.planners.evaluate import placement_items, simulate_placement
 
@@ -376,7 +383,9 @@ class PipelinePlanner:
         for policy, exposed in STREAMING_VARIANTS:
             rate = stream_rates(problem, policy)
             for cand_order, width in itertools.product(candidate_orders(problem, rate), widths):
-                for cand in self._streaming(problem, cand_order, rate, policy, width, exposed):
+                cand = self._streaming(problem, cand_order, boundary(cand_order), rate, policy,
+                                       width, exposed)
+                if cand is not None:
                     candidates += [cand, balance_dram(problem, cand)]
         simulated = []
         for cand in candidates:
@@ -414,34 +423,33 @@ class PipelinePlanner:
             ]
         return boundary
 
-    def _compute_dp(self, problem: PlanningProblem, order: list[int]) -> tuple[list[int], float]:
+    def _compute_dp(self, problem: PlanningProblem, order: list[int],
+                    boundary: np.ndarray) -> tuple[list[int], float]:
         """Stage starts minimising the bottleneck stage (weights streamed if they overflow)."""
-        weights = np.array([op.weight_bytes for op in problem.graph.ops], dtype=np.float64)
-        capacity = np.array([problem.system.clusters[c].sram_bytes for c in order], dtype=float)
         bottleneck, starts = min_bottleneck_partition(
-            problem.op_cycles[:, order], self._boundary(problem, order), self.max_stages,
-            problem.op_cycles_streamed[:, order], weights, capacity,
+            problem.op_cycles[:, order], boundary, self.max_stages,
+            problem.op_cycles_streamed[:, order], *_memory(problem, order),
         )
         return starts, bottleneck
 
-    def _streaming(self, problem, order, rate, policy, width, exposed) -> list[Placement]:
-        """The streaming DP's stages over ``order``, regions included (none if it fails)."""
+    def _streaming(self, problem, order, boundary, rate, policy, width,
+                   exposed) -> Placement | None:
+        """The streaming DP's stages over ``order``, regions included (None if it fails)."""
         graph = problem.graph
-        weights = np.array([op.weight_bytes for op in graph.ops], dtype=np.float64)
-        capacity = np.array([problem.system.clusters[c].sram_bytes for c in order], dtype=float)
+        weights, capacity = _memory(problem, order)
         dram = sum(d.bandwidth for d in problem.system.drams)
         dims = [_region_dim(problem.split_dims.get(op.op_id, {})) for op in graph.ops]
         split_max = np.array([size for _, size in dims], dtype=np.int64)
         spread_rate = 2.0 * min(link.bandwidth for link in problem.system.links) if (
             problem.system.links) else 1.0
         objective, stages, streamed = min_streaming_partition(
-            problem.op_cycles[:, order], self._boundary(problem, order), weights, capacity,
+            problem.op_cycles[:, order], boundary, weights, capacity,
             np.array([rate[c] for c in order]), dram, self.max_stages, split_max=split_max,
             spread_bytes=np.array([op.input_bytes for op in graph.ops], dtype=float),
             spread_rate=spread_rate, max_width=width, batches=self.batches, exposed=exposed,
         )
         if not np.isfinite(objective):
-            return []
+            return None
         n = len(graph.ops)
         op_cluster, op_stage, splits = [0] * n, [0] * n, []
         for index, stage in enumerate(stages):
@@ -450,7 +458,7 @@ class PipelinePlanner:
                 op_cluster[op_id], op_stage[op_id] = region[0], index
                 if stage.width > 1 and split_max[op_id] >= stage.width:
                     splits.append(OpSplit(op_id, dims[op_id][0], region))
-        return [Placement(
+        return Placement(
             strategy=self.name,
             op_cluster=tuple(op_cluster),
             op_stage=tuple(op_stage),
@@ -460,7 +468,14 @@ class PipelinePlanner:
                    "regions": [st.width for st in stages if st.width > 1]},
             splits=tuple(splits),
             dram_policy=policy,
-        )]
+        )
+
+
+def _memory(problem: PlanningProblem, order: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Weight bytes of every op, and SRAM bytes of every cluster of ``order``."""
+    weights = np.array([op.weight_bytes for op in problem.graph.ops], dtype=np.float64)
+    capacity = np.array([problem.system.clusters[c].sram_bytes for c in order], dtype=float)
+    return weights, capacity
 
 
 REGION_DIMS = ("out_channels", "cols")
