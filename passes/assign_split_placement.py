@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import tvm
 
@@ -10,7 +11,7 @@ from tvm_chiplet.passes.analysis.graph import OpGraph
 from tvm_chiplet.passes.analysis.op_graph import extract_op_graph
 from tvm_chiplet.passes.annotate_placement import AnnotatePlacement
 from tvm_chiplet.passes.planners import Planner, PlanningProblem, get_planner
-from tvm_chiplet.passes.planners.placement import Placement, PlanningError
+from tvm_chiplet.passes.planners.placement import OpSplit, Placement, PlanningError
 from tvm_chiplet.passes.reduce_graph import ReduceGraph
 from tvm_chiplet.passes.split_operators import AnchorSplit, SplitOperators, find_anchors
 from tvm_chiplet.targets.system import ChipletSystem
@@ -117,10 +118,16 @@ def realise_splits(mod: tvm.IRModule, anchors: list[int], placement: Placement,
                    ) -> tuple[tvm.IRModule, Placement]:
     """Apply ``placement``'s splits to the high-level ``mod``: the reduced split module and the
     placement of its ops (:func:`realise_placement`; ``graph`` is the planned op graph)."""
-    index = {op_id: i for i, op_id in enumerate(anchors)}
-    plan = [AnchorSplit(index[s.op_id], s.dim, s.parts) for s in placement.splits]
-    split = ReduceGraph(target)(SplitOperators(plan)(mod))
+    split = split_module(mod, anchors, placement.splits, target)
     return split, realise_placement(placement, anchors, extract_op_graph(split), graph)
+
+
+def split_module(mod: tvm.IRModule, anchors: list[int], splits: Sequence[OpSplit],
+                 target: str | tvm.target.Target = "llvm") -> tvm.IRModule:
+    """The high-level ``mod`` with ``splits`` (on the ops ``anchors`` lists) applied, reduced."""
+    index = {op_id: i for i, op_id in enumerate(anchors)}
+    plan = [AnchorSplit(index[s.op_id], s.dim, s.parts) for s in splits]
+    return ReduceGraph(target)(SplitOperators(plan)(mod))
 
 
 @tvm.transform.module_pass(opt_level=0, name="AssignSplitPlacement")

@@ -24,7 +24,7 @@ from tvm_chiplet.passes.analysis.lower_bound import lower_bound
 from tvm_chiplet.passes.analysis.op_graph import extract_op_graph
 from tvm_chiplet.passes.assign_split_placement import (
     realise_placement,
-    realise_splits,
+    split_module,
     split_problem,
 )
 from tvm_chiplet.passes.planners import (
@@ -76,7 +76,7 @@ def make_planners(names: list[str], batches: int, ilp_time_limit: float) -> dict
 
 
 class Realiser:
-    """Realises placements that split ops on one model, caching the reduced split modules."""
+    """Realises placements that split ops on one model, caching the split modules' op graphs."""
 
     def __init__(self, mod, anchors: list[int]) -> None:
         self.mod, self.anchors, self.cache = mod, anchors, {}
@@ -86,10 +86,9 @@ class Realiser:
             return problem, placement
         key = tuple((s.op_id, s.dim, s.parts) for s in placement.splits)
         if key not in self.cache:
-            split, _ = realise_splits(self.mod, self.anchors, placement, problem.graph)
-            self.cache[key] = split
-        split = self.cache[key]
-        graph = extract_op_graph(split)
+            split = split_module(self.mod, self.anchors, placement.splits)
+            self.cache[key] = extract_op_graph(split)
+        graph = self.cache[key]
         realised = realise_placement(placement, self.anchors, graph, problem.graph)
         return PlanningProblem(graph, problem.system, problem.topology), realised
 
