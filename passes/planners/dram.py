@@ -21,6 +21,7 @@ import dataclasses
 import pulp
 
 from tvm_chiplet.passes.planners.base import PlanningProblem
+from tvm_chiplet.passes.planners.evaluate import placement_items
 from tvm_chiplet.passes.planners.placement import Placement
 from tvm_chiplet.targets.workload import build_workload, streamed_bytes
 
@@ -31,8 +32,6 @@ def balance_dram(problem: PlanningProblem, placement: Placement) -> Placement:
     Returns the placement unchanged when nothing streams, there is one controller, or pulp's
     bundled CBC cannot run.
     """
-    from tvm_chiplet.passes.planners.evaluate import placement_items
-
     system, topology = problem.system, problem.topology
     items = placement_items(problem, placement)
     streamed: dict[int, float] = {}

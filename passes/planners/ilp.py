@@ -25,6 +25,7 @@ import numpy as np
 import pulp
 
 from tvm_chiplet.passes.planners.base import PlanningProblem
+from tvm_chiplet.passes.planners.evaluate import simulate_placement
 from tvm_chiplet.passes.planners.pipeline import PipelinePlanner
 from tvm_chiplet.passes.planners.placement import Placement, PlanningError
 from tvm_chiplet.targets import cost_model
@@ -283,8 +284,6 @@ class IlpPlanner:
         also searches regions, cluster orders and DRAM placement, which the ILP cannot express.
         Its plan is the ILP's best warm start, so the ILP never returns anything slower.
         """
-        from tvm_chiplet.passes.planners.evaluate import simulate_placement
-
         batches = 64 if self.objective == "throughput" else 1
         heuristic = PipelinePlanner(max_stages=self.max_stages, batches=batches).plan(problem)
         ours = float(simulate_placement(problem, placement, batches).total_cycles)
@@ -312,8 +311,6 @@ class IlpPlanner:
 
     def _simulated(self, problem: PlanningProblem, cand: _Candidate) -> float:
         """Simulated cycles of a candidate: 64 pipelined inputs for throughput, else one."""
-        from tvm_chiplet.passes.planners.evaluate import simulate_placement
-
         batches = 64 if self.objective == "throughput" else 1
         sim = simulate_placement(problem, self._placement(cand, {}), batches)
         return float(sim.total_cycles)

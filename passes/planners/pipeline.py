@@ -10,6 +10,7 @@ import numpy as np
 
 from tvm_chiplet.passes.planners.base import PlanningProblem
 from tvm_chiplet.passes.planners.dram import balance_dram
+from tvm_chiplet.passes.planners.evaluate import placement_items, simulate_placement
 from tvm_chiplet.passes.planners.placement import OpSplit, Placement, PlanningError
 from tvm_chiplet.targets import cost_model
 from tvm_chiplet.targets.workload import overflow_bytes, streamed_bytes
@@ -371,8 +372,6 @@ class PipelinePlanner:
 
         starts, bottleneck = self._compute_dp(problem, order, boundary(order))
         best = self._placement(problem, order, starts, bottleneck, "interleave", {})
-        from tvm_chiplet.passes.planners.evaluate import placement_items, simulate_placement
-
         if not self.search or not any(streamed_bytes(placement_items(problem, best),
                                                      problem.system)):
             return best
