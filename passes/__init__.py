@@ -3,6 +3,7 @@
 from tvm_chiplet.passes.annotate_placement import AnnotatePlacement
 from tvm_chiplet.passes.assign_placement import AssignPlacement
 from tvm_chiplet.passes.assign_split_placement import AssignSplitPlacement
+from tvm_chiplet.passes.fold_constant_calls import FoldConstantCalls
 from tvm_chiplet.passes.partition_by_cluster import PartitionByCluster
 from tvm_chiplet.passes.pipeline import PIPELINES, get_pipeline
 from tvm_chiplet.passes.reduce_graph import ReduceGraph
@@ -14,6 +15,7 @@ __all__ = [
     "AnnotatePlacement",
     "AssignPlacement",
     "AssignSplitPlacement",
+    "FoldConstantCalls",
     "PartitionByCluster",
     "ReduceGraph",
     "ReplicateDataParallel",

@@ -5,13 +5,17 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
+from tvm_chiplet.passes.fold_constant_calls import FoldConstantCalls
+
 
 @tvm.transform.module_pass(opt_level=0, name="ReduceGraph")
 class ReduceGraph:
     """Lower high-level Relax ops to TIR and fuse them into a flat list of ``call_tir``.
 
     Runs TVM's ``DecomposeOpsForInference``, ``LegalizeOps``, ``AnnotateTIROpPattern``,
-    ``FoldConstant``, ``FuseOps``, ``FuseTIR`` and ``DeadCodeElimination`` under ``target``.
+    ``FoldConstant``, ``FuseOps``, ``FuseTIR`` and ``DeadCodeElimination`` under ``target``,
+    with :class:`FoldConstantCalls` before ``FoldConstant`` (same result, each PrimFunc built
+    once instead of once per call).
     Constants are folded before anything is partitioned, so weight-only computations (e.g. a
     transposed weight) do not become values that cross clusters.
 
@@ -36,6 +40,7 @@ class ReduceGraph:
             relax.transform.DecomposeOpsForInference(),
             relax.transform.LegalizeOps(),
             relax.transform.AnnotateTIROpPattern(),
+            FoldConstantCalls(self.target),
             relax.transform.FoldConstant(),
         ]
         if self.fuse:
