@@ -194,8 +194,7 @@ def min_streaming_partition(
                                   strict=True):
             matrix[lo, hi] = values
         dense[key] = tuple(matrices)
-    for target in np.geomspace(t_lo, t_hi, grid):
-        found = _least_streamed(dense, n, k_max, target)
+    for found in _least_streamed(dense, n, k_max, np.geomspace(t_lo, t_hi, grid)):
         if found is None:
             continue
         stages, streamed, slowest, latency = found
@@ -205,42 +204,53 @@ def min_streaming_partition(
     return best
 
 
-def _least_streamed(dense, n, k_max, target):
+def _least_streamed(dense, n, k_max, targets):
     """Min-plus DP over (resources used, ops placed) of stage time plus weighted streamed bytes,
-    every stage within ``target``."""
-    g = [np.full(n + 1, np.inf) for _ in range(k_max + 1)]
-    g[0][0] = 0.0
-    choice: dict[tuple[int, int], tuple[int, int, int]] = {}
-    cols = np.arange(n + 1)
+    every stage within the target; all ``targets`` at once (axis 0 of the tables).
+
+    Returns, per target, ``(stages, streamed, slowest, latency)`` or None if no partition has
+    every stage within it.
+    """
+    targets = np.asarray(targets, dtype=float)
+    shape = (k_max + 1, len(targets), n + 1)
+    g = np.full(shape, np.inf)
+    g[0, :, 0] = 0.0
+    # Where the best partition of (used, target, ops placed) comes from: its last stage.
+    from_first, from_width, from_op = (np.zeros(shape, dtype=np.int64) for _ in range(3))
     ending: dict[int, list] = {}
     for (first, width), matrices in dense.items():
         ending.setdefault(first + width, []).append((first, width, matrices))
+    within = targets[:, None, None]
     for used in range(1, k_max + 1):
         for first, width, (time, cost, _) in ending.get(used, []):
             if not np.isfinite(g[first]).any():
                 continue
-            candidates = g[first][:, None] + np.where(time <= target, cost, np.inf)
-            arg = np.argmin(candidates, axis=0)
-            value = candidates[arg, cols]
+            candidates = g[first][:, :, None] + np.where(time <= within, cost, np.inf)
+            arg = np.argmin(candidates, axis=1)
+            value = np.take_along_axis(candidates, arg[:, None, :], axis=1)[:, 0, :]
             better = value < g[used]
-            g[used] = np.where(better, value, g[used])
-            for j in np.flatnonzero(better):
-                choice[used, int(j)] = (first, width, int(arg[j]))
-    totals = [g[used][n] for used in range(1, k_max + 1)]
-    if not np.isfinite(min(totals)):
-        return None
-    used = int(np.argmin(totals)) + 1
-    stages, j = [], n
-    slowest, latency, streamed = 0.0, 0.0, 0.0
-    while j > 0:
-        first, width, i = choice[used, j]
-        stages.append(StreamingStage(i, j, first, width))
-        time, _, streams = dense[first, width]
-        slowest = max(slowest, float(time[i, j]))
-        latency += float(time[i, j])
-        streamed += float(streams[i, j])
-        used, j = first, i
-    return stages[::-1], streamed, slowest, latency
+            g[used][better] = value[better]
+            from_first[used][better], from_width[used][better] = first, width
+            from_op[used][better] = arg[better]
+    results = []
+    for t in range(len(targets)):
+        totals = g[1:, t, n]
+        if not np.isfinite(totals.min()):
+            results.append(None)
+            continue
+        used = int(np.argmin(totals)) + 1
+        stages, j = [], n
+        slowest, latency, streamed = 0.0, 0.0, 0.0
+        while j > 0:
+            first, width, i = (int(a[used, t, j]) for a in (from_first, from_width, from_op))
+            stages.append(StreamingStage(i, j, first, width))
+            time, _, streams = dense[first, width]
+            slowest = max(slowest, float(time[i, j]))
+            latency += float(time[i, j])
+            streamed += float(streams[i, j])
+            used, j = first, i
+        results.append((stages[::-1], streamed, slowest, latency))
+    return results
 
 
 def stream_rates(problem: PlanningProblem, policy: str) -> dict[int, float]:
