@@ -110,6 +110,7 @@ def realise_placement(placement: Placement, anchors: list[int], split_graph: OpG
         notes={**placement.notes, "splits": len(placement.splits)},
         dram_policy=placement.dram_policy,
         dram_shares=placement.dram_shares,
+        replicas=placement.replicas,
     )
 
 

@@ -1,4 +1,8 @@
-"""Functional multi-cluster execution: one worker thread and one VirtualMachine per cluster."""
+"""Functional multi-cluster execution: one worker thread and one VirtualMachine per cluster.
+
+The workers run the segments, that is copy 0 of a placement with copies (``plan["copies"]``):
+every copy computes the same function, so the other copies matter to the simulated timing only.
+"""
 
 from __future__ import annotations
 

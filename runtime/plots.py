@@ -79,8 +79,8 @@ def gantt_figure(plan: dict, system: ChipletSystem, sim: Any) -> Figure:
         ax.legend(handles=[Patch(color=colors[b], label=f"batch {b}") for b in range(sim.batches)],
                   loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
     ax.set_title(
-        f"{system.name}: strategy {plan.get('strategy', '?')}, {sim.batches} batch"
-        f"{'es' if sim.batches != 1 else ''}, {sim.network} network, "
+        f"{system.name}: strategy {plan.get('strategy', '?')}, {_run_label(sim)}, "
+        f"{sim.network} network, "
         f"{float(sim.total_cycles):.0f} cycles ({float(sim.total_cycles) * to_us:.3g} us)"
     )
     return fig
@@ -99,9 +99,17 @@ def link_load_figure(system: ChipletSystem, sim: Any) -> Figure:
     links_ax, cells_ax = fig.subplots(1, 2, width_ratios=[1.0, 1.0])
     _draw_links(links_ax, system, sim, (x0, y0, cols, rows))
     _draw_chiplet_load(cells_ax, system, sim, (x0, y0, cols, rows))
-    fig.suptitle(f"{system.name}: link load, {sim.batches} batch"
-                 f"{'es' if sim.batches != 1 else ''}, {sim.network} network")
+    fig.suptitle(f"{system.name}: link load, {_run_label(sim)}, {sim.network} network")
     return fig
+
+
+def _run_label(sim: Any) -> str:
+    """``"2 batches"``, or for copies of a placement ``"8 inputs (2 rounds of 4 copies)"``."""
+    copies = getattr(sim, "copies", 1)
+    rounds = f"{sim.batches} round{'s' if sim.batches != 1 else ''}"
+    if copies > 1:
+        return f"{sim.inputs} inputs ({rounds} of {copies} copies)"
+    return f"{sim.batches} batch{'es' if sim.batches != 1 else ''}"
 
 
 def gantt_chart(plan: dict, system: ChipletSystem, sim: Any, path: str | os.PathLike) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
@@ -15,18 +16,32 @@ class DeviceSimResult(SimResult):
     """A :class:`SimResult` for a chiplet system, plus its DRAM controllers' load.
 
     ``dram_bytes``, ``dram_busy_cycles`` and ``dram_utilisation`` are indexed by controller id.
+    ``copies``: how many copies of one input's work the task graph holds (input-level data
+    parallelism); then each of the ``batches`` rounds runs ``copies`` inputs, ``inputs`` is
+    ``batches * copies`` and ``throughput_per_cycle`` counts inputs, not rounds.
     """
 
     dram_bytes: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
     dram_busy_cycles: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
     dram_utilisation: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    copies: int = 1
+
+    @property
+    def inputs(self) -> int:
+        """Inputs the simulation ran: ``batches`` rounds of ``copies`` inputs."""
+        return int(self.batches) * self.copies
 
 
 def simulate_workload(
     tasks: list[dict], messages: list[dict], system: ChipletSystem, batches: int = 1,
-    network: str = "flow", progress=None, fetches: list[dict] = (),
+    network: str = "flow", progress=None, fetches: list[dict] = (), copies: int = 1,
 ) -> DeviceSimResult:
     """Simulate tasks (``name``, ``cluster``, ``cycles``), routed messages and DRAM fetches.
+
+    With ``copies > 1`` the tasks are that many independent copies of one input's work (see
+    :func:`~tvm_chiplet.targets.workload.replicate_items`): ``batches`` inputs run as
+    ``ceil(batches / copies)`` rounds of every copy, so when ``copies`` does not divide
+    ``batches`` the last round runs a few inputs more than asked for.
 
     Each DRAM controller becomes a link of its bandwidth in front of the fetch's route, and
     each streaming cluster gets a DMA engine (a zero-cycle task stream of its own) that runs
@@ -36,6 +51,8 @@ def simulate_workload(
     and controller links are simulated but left out). ``progress(fraction)`` is called as the
     simulation advances; Ctrl-C stops it cleanly.
     """
+    if copies < 1:
+        raise ValueError(f"copies must be >= 1, got {copies}")
     links = sorted(system.links, key=lambda link: link.id)
     bandwidth = [link.bandwidth for link in links] + [d.bandwidth for d in system.drams]
     latency = [link.latency for link in links] + [0.0] * len(system.drams)
@@ -69,7 +86,7 @@ def simulate_workload(
         link_bandwidth=np.array(bandwidth, dtype=np.float64),
         link_latency=np.array(latency, dtype=np.float64),
         num_clusters=system.num_clusters + len(engines),
-        batches=batches,
+        batches=math.ceil(batches / copies),
         network=network,
         progress=progress,
     )
@@ -87,12 +104,14 @@ def simulate_workload(
         link_bytes=sim.link_bytes[:k],
         link_busy_cycles=sim.link_busy_cycles[:k],
         link_utilisation=sim.link_utilisation[:k],
+        throughput_per_cycle=sim.throughput_per_cycle * copies,
     )
     return DeviceSimResult(
         **fields,
         dram_bytes=sim.link_bytes[k:],
         dram_busy_cycles=sim.link_busy_cycles[k:],
         dram_utilisation=sim.link_utilisation[k:],
+        copies=copies,
     )
 
 
@@ -101,7 +120,7 @@ def simulate_plan(
 ) -> DeviceSimResult:
     """Simulate a compiled plan on its system: tasks with cost-model cycles, routed messages."""
     return simulate_workload(plan["tasks"], plan["messages"], system, batches, network, progress,
-                             plan.get("dram_fetches", []))
+                             plan.get("dram_fetches", []), copies=plan.get("copies", 1))
 
 
 def profile_report(plan: dict, system: ChipletSystem, sim: SimResult, execution=None) -> dict:
@@ -155,6 +174,8 @@ def profile_report(plan: dict, system: ChipletSystem, sim: SimResult, execution=
         "system": system.name,
         "strategy": plan.get("strategy"),
         "batches": int(sim.batches),
+        "inputs": sim.inputs if isinstance(sim, DeviceSimResult) else int(sim.batches),
+        "copies": sim.copies if isinstance(sim, DeviceSimResult) else 1,
         "network": sim.network,
         "clusters": clusters,
         "links": links,
@@ -193,8 +214,11 @@ def format_table(report: dict) -> str:
         )
     totals = report["totals"]
     lines.append("-" * len(head))
+    copies = report.get("copies", 1)
+    inputs = (f"{report['inputs']} inputs ({report['batches']} rounds of {copies} copies) in "
+              if copies > 1 else "")
     lines.append(
-        f"device: {totals['cycles']:.0f} cycles = {1e3 * totals['latency_s']:.3f} ms, "
+        f"device: {inputs}{totals['cycles']:.0f} cycles = {1e3 * totals['latency_s']:.3f} ms, "
         f"throughput {totals['throughput_per_s']:.1f} inf/s, "
         f"avg utilisation {100 * totals['avg_utilisation']:.1f}%, "
         f"{len(report['links'])} busy links"

@@ -20,16 +20,19 @@ from tvm_chiplet.runtime.profile import simulate_workload
 from tvm_chiplet.targets.system import ChipletSystem
 from tvm_chiplet.targets.target import ChipletTarget, parse_target
 from tvm_chiplet.targets.topology import Topology
-from tvm_chiplet.targets.workload import WorkItem, build_workload
+from tvm_chiplet.targets.workload import WorkItem, build_workload, replicate_items
 from tvm_chiplet.tools.frontends import input_specs, load_model
 
 
 def describe_plan(schedule: SegmentSchedule, system: ChipletSystem, strategy: str,
-                  dram_policy: str = "interleave", dram_shares=()) -> dict:
+                  dram_policy: str = "interleave", dram_shares=(), replicas=()) -> dict:
     """The artifact's ``plan.json``: segments, transfers with bytes and routes, modeled tasks.
 
     Task cycles come from the shared cost model; a cluster whose weights exceed its SRAM streams
     them from DRAM. Messages are the op-level dependencies between tasks, with their routes.
+    With ``replicas`` (cluster maps of :attr:`Placement.replicas`), ``tasks`` holds every copy
+    of the work of one input (``"copy"``: 0 for the segments' own tasks), ``copies`` says how
+    many, and the simulator runs input ``b`` on copy ``b mod copies``.
     """
     topology = Topology(system)
     items = [
@@ -37,10 +40,16 @@ def describe_plan(schedule: SegmentSchedule, system: ChipletSystem, strategy: st
                  [(p, b) for p, b in t.deps])
         for t in schedule.tasks
     ]
+    items = replicate_items(items, [dict(mapping) for mapping in replicas])
     work, messages, resident, fetches = build_workload(items, system, topology, dram_policy,
                                                        dram_shares)
-    tasks = [{**t.to_dict(), "cycles": w["cycles"]} for t, w in zip(schedule.tasks, work,
-                                                                      strict=True)]
+    per_copy = len(schedule.tasks)
+    tasks = [
+        {**schedule.tasks[index % per_copy].to_dict(), "name": item.name,
+         "cluster": item.cluster, "deps": [list(dep) for dep in item.deps],
+         "copy": index // per_copy, "cycles": w["cycles"]}
+        for index, (item, w) in enumerate(zip(items, work, strict=True))
+    ]
     transfers = []
     for segment in schedule.segments:
         for slot, src in enumerate(segment.inputs):
@@ -69,7 +78,9 @@ def describe_plan(schedule: SegmentSchedule, system: ChipletSystem, strategy: st
         "weights_resident": resident,
         "dram_fetches": fetches,
         "dram_policy": dram_policy,
-        "clusters_used": sorted({s.cluster for s in schedule.segments}),
+        "copies": 1 + len(replicas),
+        "clusters_used": sorted({s.cluster for s in schedule.segments}
+                                | {c for mapping in replicas for _, c in mapping}),
     }
 
 
@@ -78,15 +89,17 @@ ESTIMATE_BATCHES = (1, 64)
 
 def estimate_plan(plan: dict, system: ChipletSystem, network: str = "flow") -> list[dict]:
     """Simulated cycles of a plan at batch 1 and 64 against the physical lower bound."""
-    graph = OpGraph.from_tasks(plan["tasks"])
+    graph = OpGraph.from_tasks([t for t in plan["tasks"] if t.get("copy", 0) == 0])
     rows = []
     for batches in ESTIMATE_BATCHES:
         sim = simulate_workload(plan["tasks"], plan["messages"], system, batches, network,
-                                fetches=plan["dram_fetches"])
-        bound = lower_bound(graph, system, batches, weights_preloaded=True,
-                        io_in_dram=False)
+                                fetches=plan["dram_fetches"], copies=plan.get("copies", 1))
+        # Copies run whole rounds: the bound is for the inputs simulated.
+        bound = lower_bound(graph, system, sim.inputs, weights_preloaded=True,
+                            io_in_dram=False)
         rows.append({
             "batches": batches,
+            "inputs_simulated": sim.inputs,
             "network": network,
             "simulated_cycles": float(sim.total_cycles),
             "throughput_per_s": float(sim.throughput_per_cycle) * system.frequency_hz,
@@ -145,7 +158,8 @@ def build(
     placement = placement or {}
     plan = describe_plan(read_segments(partitioned), chiplet_target.system, strategy_name,
                          placement.get("dram_policy", "interleave"),
-                         [tuple(share) for share in placement.get("dram_shares", [])])
+                         [tuple(share) for share in placement.get("dram_shares", [])],
+                         placement.get("replicas", []))
     if placement:
         plan["strategy"] = placement["strategy"]
         plan["placement"] = placement

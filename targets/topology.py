@@ -331,6 +331,56 @@ class Topology:
             order.extend(c.id for c in members)
         return order
 
+    def tilings(self, count: int) -> list[list[list[int]]]:
+        """Ways to cut the chiplet grid into ``count`` congruent rectangular tiles.
+
+        Each tiling is a list of ``count`` tiles; a tile lists its cluster ids so that the
+        ``i``-th cluster of every tile sits at the same place in its tile (same chiplet offset,
+        same local position) with the same MACs, SRAM and local bandwidth. Tile 0 lists its
+        clusters in :meth:`cluster_order`. Tilings come squarest tile first; a grid with a
+        missing chiplet or with tiles that differ has none, and so does ``count < 2``. Links
+        are not compared: around a faulty link a tile's routes differ from the others'.
+        """
+        if count < 2 or len(self._chiplet_at) != self.rows * self.cols:
+            return []
+        shapes = [(self.rows // across, self.cols * across // count)
+                  for across in range(1, self.rows + 1)
+                  if self.rows % across == 0 and count % across == 0
+                  and self.cols % (count // across) == 0]
+        shapes.sort(key=lambda shape: (abs(shape[0] - shape[1]), shape))
+        tilings = []
+        for height, width in shapes:
+            origin = [c for c in self.cluster_order()
+                      if self._grid_xy(c)[0] < width and self._grid_xy(c)[1] < height]
+            tiling = []
+            for y0 in range(0, self.rows, height):
+                for x0 in range(0, self.cols, width):
+                    tile = [self._translated(c, x0, y0) for c in origin]
+                    if None in tile:
+                        break
+                    tiling.append(tile)
+            if len(tiling) == count:
+                tilings.append(tiling)
+        return tilings
+
+    def _grid_xy(self, cluster: int) -> tuple[int, int]:
+        chiplet = self.system.chiplets[self.system.clusters[cluster].chiplet]
+        return chiplet.x - self._x0, chiplet.y - self._y0
+
+    def _translated(self, cluster: int, dx: int, dy: int) -> int | None:
+        """The cluster at the same place as ``cluster`` on the chiplet ``(dx, dy)`` further, if
+        it is the same kind of cluster."""
+        x, y = self._grid_xy(cluster)
+        here = self.system.clusters[cluster]
+        for cid in self.system.chiplets[self._chiplet_at[(x + dx, y + dy)]].clusters:
+            other = self.system.clusters[cid]
+            if ((other.lx, other.ly, other.macs_per_cycle, other.sram_bytes,
+                 other.local_bandwidth)
+                    == (here.lx, here.ly, here.macs_per_cycle, here.sram_bytes,
+                        here.local_bandwidth)):
+                return cid
+        return None
+
     def nearest_dram(self, cluster: int | Cluster) -> Dram:
         """The DRAM controller closest to ``cluster``: fewest hops, then least latency, then id."""
         node = cluster.id if isinstance(cluster, Cluster) else self._node(cluster)

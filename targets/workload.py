@@ -48,6 +48,26 @@ class WorkItem:
     deps: Sequence[tuple[int, int]] = ()  # (producer item index, bytes read from it)
 
 
+def replicate_items(items: Sequence[WorkItem],
+                    copies: Sequence[dict[int, int]]) -> list[WorkItem]:
+    """``items`` followed by one copy of them per cluster map in ``copies``.
+
+    Copy ``r`` (``1 ..``) runs item ``i`` on ``copies[r - 1][items[i].cluster]``, reads from
+    its own copy's items, and is named ``"<name>@r"``: the work of one input, laid out so that
+    consecutive inputs can run on consecutive copies (input-level data parallelism).
+    """
+    replicated = list(items)
+    for number, clusters in enumerate(copies, start=1):
+        offset = number * len(items)
+        replicated += [
+            WorkItem(f"{item.name}@{number}", clusters[item.cluster], item.flops,
+                     item.bytes_moved, item.weight_bytes,
+                     [(producer + offset, nbytes) for producer, nbytes in item.deps])
+            for item in items
+        ]
+    return replicated
+
+
 def overflow_bytes(weight_bytes, sram_bytes):
     """Bytes per batch a cluster holding ``weight_bytes`` of weights streams, however they
     divide into ops: none if they fit its SRAM, else all beyond the resident budget.

@@ -37,19 +37,23 @@ def cmd_compile(args: argparse.Namespace) -> int:
     )
     module.export_library(args.output)
     plan = module.plan
+    copies = plan.get("copies", 1)
+    replicated = f" (the placement runs as {copies} copies, input b on copy b mod {copies})" \
+        if copies > 1 else ""
     print(
         f"compiled {args.model} for {target.system.name} with strategy {plan['strategy']}: "
-        f"{len(plan['tasks'])} ops in {len(plan['segments'])} segments on "
-        f"{len(plan['clusters_used'])} clusters, {len(plan['transfers'])} transfers "
-        f"-> {args.output}"
+        f"{len(plan['tasks']) // copies} ops in {len(plan['segments'])} segments on "
+        f"{len(plan['clusters_used'])} clusters{replicated}, {len(plan['transfers'])} "
+        f"transfers -> {args.output}"
     )
     for row in plan.get("placement", {}).get("notes", {}).get("auto", {}).get("candidates", []):
         print(f"  candidate {row['strategy']}: " + (
             f"skipped ({row['skipped']})" if "skipped" in row else
             f"{row['throughput_per_cycle'] * target.system.frequency_hz:.1f} inf/s"))
     for row in plan["estimate"]:
+        inputs = row.get("inputs_simulated", row["batches"])
         print(
-            f"  simulated ({row['network']}), {row['batches']} input(s): "
+            f"  simulated ({row['network']}), {inputs} input(s): "
             f"{row['simulated_cycles']:.0f} cycles, {row['throughput_per_s']:.1f} inf/s, "
             f"{row['ratio_to_bound']:.2f}x the lower bound ({row['bound_binding']})"
         )

@@ -12,7 +12,7 @@ from tvm_chiplet.passes.planners.placement import (
 )
 from tvm_chiplet.runtime.profile import simulate_workload
 from tvm_chiplet.runtime.simulator import SimResult
-from tvm_chiplet.targets.workload import WorkItem, build_workload
+from tvm_chiplet.targets.workload import WorkItem, build_workload, replicate_items
 
 
 def placement_items(problem: PlanningProblem, placement: Placement) -> list[WorkItem]:
@@ -20,7 +20,8 @@ def placement_items(problem: PlanningProblem, placement: Placement) -> list[Work
 
     A split op (:class:`OpSplit`) becomes one item per part (bytes from :func:`part_bytes`)
     plus a combine item (concat, or add for a reduction dimension) on the op's cluster, which
-    its consumers read.
+    its consumers read. A placement with :attr:`Placement.replicas` gives the items of one
+    input on every copy (:func:`replicate_items`), copy 0 first.
     """
     graph = problem.graph
     splits = {s.op_id: s for s in placement.splits}
@@ -46,7 +47,7 @@ def placement_items(problem: PlanningProblem, placement: Placement) -> list[Work
             ))
         else:
             producers[op.op_id] = reads
-    return items
+    return replicate_items(items, [dict(mapping) for mapping in placement.replicas])
 
 
 def _split_items(items: list[WorkItem], op, split: OpSplit, deps: list[tuple[int, int]],
@@ -79,4 +80,5 @@ def simulate_placement(
     items = placement_items(problem, placement)
     tasks, messages, _, fetches = build_workload(items, problem.system, problem.topology,
                                                  placement.dram_policy, placement.dram_shares)
-    return simulate_workload(tasks, messages, problem.system, batches, network, fetches=fetches)
+    return simulate_workload(tasks, messages, problem.system, batches, network, fetches=fetches,
+                             copies=placement.copies)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -342,6 +344,14 @@ class PipelinePlanner:
     DRAM by :func:`~tvm_chiplet.passes.planners.dram.balance_dram`, and the candidate the device
     simulator finds fastest for ``batches`` pipelined inputs wins.
 
+    With ``replicate``, the planner also tries input-level data parallelism: the chiplet grid
+    cut into ``R`` congruent tiles (:meth:`~tvm_chiplet.targets.topology.Topology.tilings`),
+    a pipeline planned on the first tile for ``ceil(batches / R)`` inputs, and copies of it on
+    the other tiles (:attr:`Placement.replicas`; input ``b`` runs on copy ``b mod R``). Fewer
+    stages per pipeline mean less activation traffic and a shorter fill, at the price of
+    holding the weights ``R`` times, so only tilings whose tile holds all the weights in SRAM
+    are tried. The simulator judges these candidates with the others.
+
     Parameters
     ----------
     max_stages : int, optional
@@ -354,25 +364,81 @@ class PipelinePlanner:
         Most clusters one stage may span in the streaming candidates; a stage on a region splits
         each of its convolutions / matmuls over all the region's clusters along output channels
         (columns), so each cluster holds a slice of the weights (``1``: one cluster per stage).
+    replicate : bool, default True
+        Also try copies of a smaller pipeline on congruent tiles of the grid (see above); not
+        with ``max_stages`` (which caps the clusters used) or ``clusters``.
+    clusters : sequence of int, optional
+        Plan on these clusters only (default: every cluster), in the topology's order.
     """
 
     name = "pipeline"
 
     def __init__(self, max_stages: int | None = None, batches: int = 64,
-                 search: bool = True, max_region: int = 4) -> None:
+                 search: bool = True, max_region: int = 4, replicate: bool = True,
+                 clusters: Sequence[int] | None = None) -> None:
         if max_stages is not None and max_stages < 1:
             raise PlanningError(f"max_stages must be >= 1, got {max_stages}")
         if batches < 1:
             raise PlanningError(f"batches must be >= 1, got {batches}")
         if max_region < 1:
             raise PlanningError(f"max_region must be >= 1, got {max_region}")
+        if clusters is not None and not clusters:
+            raise PlanningError("clusters must name at least one cluster, got none")
         self.max_stages = max_stages
         self.batches = batches
         self.search = search
         self.max_region = max_region
+        self.clusters = None if clusters is None else frozenset(clusters)
+        self.replicate = replicate and max_stages is None and clusters is None
 
     def plan(self, problem: PlanningProblem) -> Placement:
-        order = list(problem.topology.cluster_order())
+        unknown = sorted((self.clusters or set()) - set(range(problem.system.num_clusters)))
+        if unknown:
+            raise PlanningError(f"clusters {unknown} are not clusters of {problem.system.name} "
+                                f"(it has 0..{problem.system.num_clusters - 1})")
+        best = self._plan_pipeline(problem)
+        if not self.replicate:
+            return best
+        candidates = [best, *self._replicated(problem)]
+        if len(candidates) == 1:
+            return best
+        simulated = [float(simulate_placement(problem, cand, self.batches).total_cycles)
+                     for cand in candidates]
+        pick = int(np.argmin(simulated))
+        notes = {**candidates[pick].notes, "copies": candidates[pick].copies,
+                 "copies_tried": [c.copies for c in candidates],
+                 "copies_simulated_cycles": simulated}
+        return dataclasses.replace(candidates[pick], notes=notes)
+
+    def _replicated(self, problem: PlanningProblem) -> list[Placement]:
+        """One placement per number of copies whose tile holds every weight in SRAM."""
+        topology, system = problem.topology, problem.system
+        weights = problem.graph.total_weight_bytes
+        found = []
+        for copies in range(2, min(system.num_clusters, self.batches) + 1):
+            tilings = topology.tilings(copies)
+            if not tilings:
+                continue
+            tiles = tilings[0]
+            if sum(system.clusters[c].sram_bytes for c in tiles[0]) < weights:
+                continue
+            position = {c: i for i, c in enumerate(tiles[0])}
+            # The search judges a tile's candidates alone, without the copies that share DRAM
+            # with it, so the compute DP's pipeline is a candidate too.
+            for search in sorted({False, self.search}):
+                base = PipelinePlanner(batches=math.ceil(self.batches / copies), search=search,
+                                       max_region=self.max_region, replicate=False,
+                                       clusters=tiles[0]).plan(problem)
+                replicas = tuple(tuple((c, tile[position[c]]) for c in base.clusters_used())
+                                 for tile in tiles[1:])
+                replicated = dataclasses.replace(base, replicas=replicas)
+                if replicated not in found:
+                    found.append(replicated)
+        return found
+
+    def _plan_pipeline(self, problem: PlanningProblem) -> Placement:
+        """The best single pipeline (no copies) over the allowed clusters."""
+        order = self._allowed(problem.topology.cluster_order())
         boundaries: dict[tuple[int, ...], np.ndarray] = {}  # receive costs, once per order
 
         def boundary(order: list[int]) -> np.ndarray:
@@ -391,7 +457,8 @@ class PipelinePlanner:
         widths = sorted({1, min(2, self.max_region), self.max_region})
         for policy, exposed in STREAMING_VARIANTS:
             rate = stream_rates(problem, policy)
-            for cand_order, width in itertools.product(candidate_orders(problem, rate), widths):
+            orders = [self._allowed(o) for o in candidate_orders(problem, rate)]
+            for cand_order, width in itertools.product(orders, widths):
                 cand = self._streaming(problem, cand_order, boundary(cand_order), rate, policy,
                                        width, exposed)
                 if cand is not None:
@@ -405,6 +472,9 @@ class PipelinePlanner:
         notes = {**chosen.notes, "candidates": len(candidates),
                  "simulated_cycles": simulated[pick], "compute_dp_cycles": simulated[0]}
         return dataclasses.replace(chosen, notes=notes)
+
+    def _allowed(self, order: Sequence[int]) -> list[int]:
+        return [c for c in order if self.clusters is None or c in self.clusters]
 
     def _placement(self, problem, order, starts, objective, policy, notes) -> Placement:
         n = len(problem.graph.ops)

@@ -97,6 +97,11 @@ class Placement:
         ``"balanced"``: as :attr:`dram_shares` says.
     dram_shares : tuple of (cluster, controller, fraction)
         For ``"balanced"``: the fraction of a cluster's streamed bytes each controller holds.
+    replicas : tuple of tuples of (cluster, copy cluster)
+        Extra copies of the whole placement for input-level data parallelism: with ``R - 1``
+        copies, input ``b`` runs on copy ``b mod R``, where copy ``r >= 1`` puts the work of
+        each cluster ``c`` on ``dict(replicas[r - 1])[c]``. Every copy maps every cluster the
+        placement uses (ops and split parts) to clusters no other copy uses.
     """
 
     strategy: str
@@ -108,6 +113,7 @@ class Placement:
     splits: tuple[OpSplit, ...] = ()
     dram_policy: str = "interleave"
     dram_shares: tuple[tuple[int, int, float], ...] = ()
+    replicas: tuple[tuple[tuple[int, int], ...], ...] = ()
 
     def __post_init__(self) -> None:
         if self.dram_policy not in DRAM_POLICIES:
@@ -118,6 +124,29 @@ class Placement:
             raise PlanningError(
                 f"placement has {len(self.op_cluster)} clusters but {len(self.op_stage)} stages"
             )
+        used = self.clusters_used()
+        taken = set(used)
+        for number, mapping in enumerate(self.replicas, start=1):
+            sources = [c for c, _ in mapping]
+            targets = {d for _, d in mapping}
+            if sorted(sources) != used or len(targets) != len(sources) or taken & targets:
+                raise PlanningError(
+                    f"replica {number} must map each used cluster {used} to a distinct cluster "
+                    f"no other copy uses; found {[list(pair) for pair in mapping]}"
+                )
+            taken |= targets
+
+    @property
+    def copies(self) -> int:
+        """How many copies of the placement run inputs side by side (1 without replicas)."""
+        return 1 + len(self.replicas)
+
+    def clusters_used(self) -> list[int]:
+        """The clusters the placement's ops and split parts run on (one copy), sorted."""
+        used = set(self.op_cluster)
+        for split in self.splits:
+            used.update(split.clusters)
+        return sorted(used)
 
     def to_dict(self) -> dict:
         return {
@@ -133,6 +162,7 @@ class Placement:
             ],
             "dram_policy": self.dram_policy,
             "dram_shares": [list(share) for share in self.dram_shares],
+            "replicas": [[list(pair) for pair in mapping] for mapping in self.replicas],
         }
 
     @classmethod
@@ -150,4 +180,6 @@ class Placement:
             ),
             dram_policy=data.get("dram_policy", "interleave"),
             dram_shares=tuple(tuple(share) for share in data.get("dram_shares", [])),
+            replicas=tuple(tuple((int(c), int(d)) for c, d in mapping)
+                           for mapping in data.get("replicas", [])),
         )

@@ -45,7 +45,16 @@ def test_strategy_and_notes_are_kept_as_a_module_attribute():
     After = AnnotatePlacement(placement)(Before)
     summary = json.loads(str(After.attrs["chiplet.placement"]))
     assert summary == {"strategy": "manual", "objective_cycles": 12.5, "notes": {"gap": 0.01},
-                       "dram_policy": "interleave", "dram_shares": []}
+                       "dram_policy": "interleave", "dram_shares": [], "replicas": []}
+
+
+def test_copies_of_the_placement_are_kept_in_the_module_attribute():
+    import json
+
+    placement = Placement("pipeline", (0, 1, 1), (0, 1, 1), (0, 1),
+                          replicas=(((0, 2), (1, 3)),))
+    After = AnnotatePlacement(placement)(Before)
+    assert json.loads(str(After.attrs["chiplet.placement"]))["replicas"] == [[[0, 2], [1, 3]]]
 
 
 def test_structure_is_unchanged_apart_from_attributes():

@@ -70,8 +70,11 @@ def test_executor_uses_one_worker_per_cluster_and_matches_main(compiled):
     result = module.run(inputs)
     expected = module.vm()["main"](*[np.asarray(inputs["x"])]).numpy()
     np.testing.assert_array_equal(result.outputs[0], expected)
-    assert {run.cluster for run in result.segments} == set(module.plan["clusters_used"])
-    assert set(result.cluster_seconds) == set(module.plan["clusters_used"])
+    # The host runs copy 0's segments; copies of the placement only change device timing.
+    segment_clusters = {segment["cluster"] for segment in module.plan["segments"]}
+    assert {run.cluster for run in result.segments} == segment_clusters
+    assert set(result.cluster_seconds) == segment_clusters
+    assert segment_clusters <= set(module.plan["clusters_used"])
     for transfer in result.transfers:
         assert transfer["src_cluster"] != transfer["dst_cluster"] and transfer["bytes"] > 0
         assert transfer["route"]

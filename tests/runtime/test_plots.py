@@ -8,6 +8,7 @@ import pytest
 from matplotlib.image import imread
 
 import tvm_chiplet
+from tvm_chiplet.passes.planners import PipelinePlanner
 from tvm_chiplet.runtime.plots import (
     gantt_chart,
     gantt_figure,
@@ -25,7 +26,9 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 @pytest.fixture(scope="module")
 def compiled():
-    module = tvm_chiplet.build(get_model("small-cnn"), target="chiplet/quad-2x2")
+    # One pipeline over several clusters (no copies), so that links carry activations.
+    module = tvm_chiplet.build(get_model("small-cnn"), target="chiplet/quad-2x2",
+                               strategy=PipelinePlanner(replicate=False))
     sim = simulate_plan(module.plan, module.system, batches=2)
     return module, sim
 
@@ -84,6 +87,16 @@ def test_gantt_has_one_row_per_used_cluster_and_a_titled_run(compiled):
     title = ax.get_title()
     assert "quad-2x2" in title and module.plan["strategy"] in title
     assert "2 batches" in title and "flow network" in title
+
+
+def test_gantt_of_copies_has_a_row_per_cluster_of_every_copy():
+    module = tvm_chiplet.build(get_model("small-cnn"), target="chiplet/quad-2x2")
+    copies = module.plan["copies"]
+    assert copies > 1
+    sim = simulate_plan(module.plan, module.system, batches=2 * copies)
+    ax = gantt_figure(module.plan, module.system, sim).axes[0]
+    assert len(ax.get_yticklabels()) == len({t["cluster"] for t in module.plan["tasks"]})
+    assert f"{2 * copies} inputs (2 rounds of {copies} copies)" in ax.get_title()
 
 
 def test_gantt_rejects_a_simulation_of_another_plan(compiled, tmp_path):

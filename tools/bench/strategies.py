@@ -114,18 +114,20 @@ def bench_strategy(
     # The simulator starts with resident weights loaded and models no host I/O: so does the bound.
     bound_1 = lower_bound(problem.graph, problem.system, 1, weights_preloaded=True,
                           io_in_dram=False)
-    bound_b = lower_bound(problem.graph, problem.system, batches, weights_preloaded=True,
-                          io_in_dram=False)
+    # Copies of a placement run whole rounds: the bound is for the inputs simulated.
+    bound_b = lower_bound(problem.graph, problem.system, streamed.inputs,
+                          weights_preloaded=True, io_in_dram=False)
     notes = placement.notes
     return {
         "strategy": placement.strategy,
-        "clusters": len(set(placement.op_cluster)),
+        "clusters": len(placement.clusters_used()) * placement.copies,
+        "copies": placement.copies,
         "split_ops": splits,
         "dram_policy": placement.dram_policy,
         "latency_ms": 1e3 * single.total_cycles / freq,
         "latency_vs_bound": bound_1.ratio(single.total_cycles),
         "throughput_per_s": streamed.throughput_per_cycle * freq * samples_per_input,
-        "inputs": batches,
+        "inputs": streamed.inputs,
         "cycles_streamed": streamed.total_cycles,
         "throughput_vs_bound": bound_b.ratio(streamed.total_cycles),
         "bound_binding": bound_b.binding,
