@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 
 import onnx
 import tvm
@@ -86,6 +87,30 @@ def describe_plan(schedule: SegmentSchedule, system: ChipletSystem, strategy: st
 
 ESTIMATE_BATCHES = (1, 64)
 
+REPORTED_PASSES = ("ReplicateDataParallel", "ReduceGraph", "AssignPlacement",
+                   "AssignSplitPlacement", "SplitOperators", "AnnotatePlacement",
+                   "PartitionByCluster")
+"""The passes whose start and end :func:`build` reports to its ``progress`` callback."""
+
+
+@tvm.ir.instrument.pass_instrument
+class _PassProgress:
+    """Reports each of :data:`REPORTED_PASSES` as it starts and ends, indented by nesting."""
+
+    def __init__(self, progress: Callable[[str], None]) -> None:
+        self.progress = progress
+        self.started: list[float] = []
+
+    def run_before_pass(self, _mod, info) -> None:
+        if info.name in REPORTED_PASSES:
+            self.progress(f"{'  ' * len(self.started)}{info.name} ...")
+            self.started.append(time.perf_counter())
+
+    def run_after_pass(self, _mod, info) -> None:
+        if info.name in REPORTED_PASSES:
+            seconds = time.perf_counter() - self.started.pop()
+            self.progress(f"{'  ' * len(self.started)}{info.name} done in {seconds:.1f} s")
+
 
 def estimate_plan(plan: dict, system: ChipletSystem, network: str = "flow") -> list[dict]:
     """Simulated cycles of a plan at batch 1 and 64 against the physical lower bound."""
@@ -116,6 +141,7 @@ def build(
     strategy: str | Planner | None = None,
     input_shapes: dict[str, list[int]] | None = None,
     pipeline: str = "chiplet-default",
+    progress: Callable[[str], None] | None = None,
 ) -> ChipletModule:
     """Compile a model for a chiplet system into one :class:`ChipletModule`.
 
@@ -135,6 +161,10 @@ def build(
         Static shapes for ONNX inputs, e.g. ``{"x": [1, 3, 224, 224]}``.
     pipeline : str
         Name of the pass pipeline (see ``tvm_chiplet.passes.get_pipeline``).
+    progress : callable, optional
+        Called with a line of text as each chiplet pass (:data:`REPORTED_PASSES`; planning
+        happens inside AssignPlacement / AssignSplitPlacement) and ``tvm.compile`` start and
+        end.
     """
     chiplet_target = target if isinstance(target, ChipletTarget) else parse_target(target)
     strategy = strategy or chiplet_target.options.get("strategy", "pipeline")
@@ -147,10 +177,16 @@ def build(
         target=chiplet_target.tvm_target,
         strategy=strategy,
     )
-    with tvm.transform.PassContext(opt_level=3):
+    instruments = [_PassProgress(progress)] if progress else []
+    with tvm.transform.PassContext(opt_level=3, instruments=instruments):
         partitioned = passes(mod)
     plan_time = time.perf_counter() - started
+    if progress:
+        progress("tvm.compile ...")
+    compiling = time.perf_counter()
     executable = tvm.compile(partitioned, target=chiplet_target.tvm_target)
+    if progress:
+        progress(f"tvm.compile done in {time.perf_counter() - compiling:.1f} s")
     strategy_name = strategy if isinstance(strategy, str) else getattr(strategy, "name", "custom")
     placement = None
     if partitioned.attrs is not None and ATTR_PLACEMENT in partitioned.attrs:

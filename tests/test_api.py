@@ -58,3 +58,15 @@ def test_same_inputs_give_the_same_plan():
     first.pop("compile_seconds")
     second.pop("compile_seconds")
     assert first == second
+
+
+def test_build_reports_each_chiplet_pass_and_the_tvm_compile():
+    lines = []
+    tvm_chiplet.build(models.get_model("small-cnn"), target="chiplet/cluster-4",
+                      progress=lines.append)
+    assert lines[0] == "AssignSplitPlacement ..."
+    assert "  ReduceGraph ..." in lines and "PartitionByCluster ..." in lines
+    assert lines[-2] == "tvm.compile ..." and lines[-1].startswith("tvm.compile done in ")
+    starts = [line.strip()[:-4] for line in lines if line.endswith(" ...")]
+    ends = [line.strip().split(" done in ")[0] for line in lines if " done in " in line]
+    assert sorted(starts) == sorted(ends)

@@ -34,6 +34,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     module = build(
         args.model, target=target, input_shapes=parse_input_shapes(args.input_shapes),
         pipeline=args.pipeline,
+        progress=lambda line: print(f"[compile] {line}", file=sys.stderr, flush=True),
     )
     module.export_library(args.output)
     plan = module.plan
