@@ -119,3 +119,16 @@ def test_ops_other_than_anchors_and_combines_keep_their_planned_clusters():
     others = [op.op_id for op in graph.ops if op.is_compute and op.op_id not in anchors
               and op.op_id not in combines]
     assert others and all(placed[op][0] == 3 for op in others)
+
+
+def test_copies_of_a_placement_survive_the_realised_splits():
+    class SplitFirstTwice(SplitFirstAnchor):
+        def plan(self, problem):
+            placement = super().plan(problem)
+            return Placement(placement.strategy, placement.op_cluster, placement.op_stage,
+                             placement.stage_clusters, splits=placement.splits,
+                             replicas=(((0, 8), (1, 9), (2, 10)),))
+
+    after = AssignSplitPlacement(load_system("quad-2x2"), SplitFirstTwice())(small_cnn())
+    summary = json.loads(str(after.attrs["chiplet.placement"]))
+    assert summary["replicas"] == [[[0, 8], [1, 9], [2, 10]]]
