@@ -337,49 +337,48 @@ class Topology:
         Each tiling is a list of ``count`` tiles; a tile lists its cluster ids so that the
         ``i``-th cluster of every tile sits at the same place in its tile (same chiplet offset,
         same local position) with the same MACs, SRAM and local bandwidth. Tile 0 lists its
-        clusters in :meth:`cluster_order`. Tilings come squarest tile first; a grid with a
-        missing chiplet or with tiles that differ has none, and so does ``count < 2``. Links
-        are not compared: around a faulty link a tile's routes differ from the others'.
+        clusters in :meth:`cluster_order`. A system of one chiplet is cut along its local mesh
+        of clusters instead. Tilings come squarest tile first; a grid with a missing chiplet
+        (or cluster) or with tiles that differ has none, and so does ``count < 2``. Links are
+        not compared: around a faulty link a tile's routes differ from the others'.
         """
-        if count < 2 or len(self._chiplet_at) != self.rows * self.cols:
+        if self.rows * self.cols > 1:
+            def cell(c: Cluster) -> tuple[tuple[int, int], tuple[int, ...]]:
+                chiplet = self.system.chiplets[c.chiplet]
+                return (chiplet.x - self._x0, chiplet.y - self._y0), (c.lx, c.ly)
+        else:
+            def cell(c: Cluster) -> tuple[tuple[int, int], tuple[int, ...]]:
+                return (c.lx, c.ly), ()
+        cells: dict[tuple[int, int], dict[tuple[int, ...], Cluster]] = {}
+        for c in self.system.clusters:
+            where, within = cell(c)
+            cells.setdefault(where, {})[within] = c
+        rows = 1 + max(y for _, y in cells)
+        cols = 1 + max(x for x, _ in cells)
+        if count < 2 or len(cells) != rows * cols:
             return []
-        shapes = [(self.rows // across, self.cols * across // count)
-                  for across in range(1, self.rows + 1)
-                  if self.rows % across == 0 and count % across == 0
-                  and self.cols % (count // across) == 0]
+
+        def kind(c: Cluster) -> tuple:
+            return c.macs_per_cycle, c.sram_bytes, c.local_bandwidth
+
+        def translated(c: Cluster, dx: int, dy: int) -> int | None:
+            (x, y), within = cell(c)
+            other = cells[(x + dx, y + dy)].get(within)
+            return other.id if other is not None and kind(other) == kind(c) else None
+
+        shapes = [(rows // across, cols * across // count)
+                  for across in range(1, rows + 1)
+                  if rows % across == 0 and count % across == 0 and cols % (count // across) == 0]
         shapes.sort(key=lambda shape: (abs(shape[0] - shape[1]), shape))
         tilings = []
         for height, width in shapes:
-            origin = [c for c in self.cluster_order()
-                      if self._grid_xy(c)[0] < width and self._grid_xy(c)[1] < height]
-            tiling = []
-            for y0 in range(0, self.rows, height):
-                for x0 in range(0, self.cols, width):
-                    tile = [self._translated(c, x0, y0) for c in origin]
-                    if None in tile:
-                        break
-                    tiling.append(tile)
-            if len(tiling) == count:
+            origin = [self.system.clusters[c] for c in self.cluster_order()]
+            origin = [c for c in origin if cell(c)[0][0] < width and cell(c)[0][1] < height]
+            tiling = [[translated(c, x0, y0) for c in origin]
+                      for y0 in range(0, rows, height) for x0 in range(0, cols, width)]
+            if all(None not in tile for tile in tiling):
                 tilings.append(tiling)
         return tilings
-
-    def _grid_xy(self, cluster: int) -> tuple[int, int]:
-        chiplet = self.system.chiplets[self.system.clusters[cluster].chiplet]
-        return chiplet.x - self._x0, chiplet.y - self._y0
-
-    def _translated(self, cluster: int, dx: int, dy: int) -> int | None:
-        """The cluster at the same place as ``cluster`` on the chiplet ``(dx, dy)`` further, if
-        it is the same kind of cluster."""
-        x, y = self._grid_xy(cluster)
-        here = self.system.clusters[cluster]
-        for cid in self.system.chiplets[self._chiplet_at[(x + dx, y + dy)]].clusters:
-            other = self.system.clusters[cid]
-            if ((other.lx, other.ly, other.macs_per_cycle, other.sram_bytes,
-                 other.local_bandwidth)
-                    == (here.lx, here.ly, here.macs_per_cycle, here.sram_bytes,
-                        here.local_bandwidth)):
-                return cid
-        return None
 
     def nearest_dram(self, cluster: int | Cluster) -> Dram:
         """The DRAM controller closest to ``cluster``: fewest hops, then least latency, then id."""

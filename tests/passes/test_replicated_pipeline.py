@@ -31,6 +31,12 @@ def test_tilings_cut_the_grid_into_congruent_tiles_squarest_first():
     assert topology.tilings(3) == [] and topology.tilings(1) == []
 
 
+def test_a_single_chiplet_is_tiled_along_its_local_mesh_of_clusters():
+    topology = Topology(load_system("cluster-4"))  # one die, clusters k0 k1 / k2 k3
+    assert topology.tilings(2)[0] == [[0, 1], [2, 3]]
+    assert topology.tilings(4)[0] == [[0], [1], [2], [3]]
+
+
 def test_a_grid_with_a_missing_chiplet_has_no_tilings():
     system = mesh_system(2, 2, faults={"chiplets": ["x1y1"]})
     assert Topology(system).tilings(2) == []
