@@ -215,8 +215,8 @@ def format_table(report: dict) -> str:
     totals = report["totals"]
     lines.append("-" * len(head))
     copies = report.get("copies", 1)
-    inputs = (f"{report['inputs']} inputs ({report['batches']} rounds of {copies} copies) in "
-              if copies > 1 else "")
+    rounds = f"{report['batches']} round{'s' if report['batches'] != 1 else ''}"
+    inputs = f"{report['inputs']} inputs ({rounds} of {copies} copies) in " if copies > 1 else ""
     lines.append(
         f"device: {inputs}{totals['cycles']:.0f} cycles = {1e3 * totals['latency_s']:.3f} ms, "
         f"throughput {totals['throughput_per_s']:.1f} inf/s, "
