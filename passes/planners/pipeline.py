@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import itertools
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -455,14 +457,19 @@ class PipelinePlanner:
         candidates = [best]
         # The DP's model is rough (regions, fetch/compute overlap): variants are candidates.
         widths = sorted({1, min(2, self.max_region), self.max_region})
+        runs = []
         for policy, exposed in STREAMING_VARIANTS:
             rate = stream_rates(problem, policy)
             orders = [self._allowed(o) for o in candidate_orders(problem, rate)]
             for cand_order, width in itertools.product(orders, widths):
-                cand = self._streaming(problem, cand_order, boundary(cand_order), rate, policy,
-                                       width, exposed)
-                if cand is not None:
-                    candidates += [cand, balance_dram(problem, cand)]
+                runs.append((problem, cand_order, boundary(cand_order), rate, policy, width,
+                             exposed))
+        # numpy releases the GIL in the DP's array work: the runs share the cores.
+        with concurrent.futures.ThreadPoolExecutor(_usable_cores()) as pool:
+            found = list(pool.map(lambda run: self._streaming(*run), runs))
+        for cand in found:
+            if cand is not None:
+                candidates += [cand, balance_dram(problem, cand)]
         simulated = []
         for cand in candidates:
             cycles = float(simulate_placement(problem, cand, self.batches).total_cycles)
@@ -548,6 +555,13 @@ class PipelinePlanner:
             splits=tuple(splits),
             dram_policy=policy,
         )
+
+
+def _usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def _memory(problem: PlanningProblem, order: list[int]) -> tuple[np.ndarray, np.ndarray]:
