@@ -470,10 +470,10 @@ class PipelinePlanner:
         for cand in found:
             if cand is not None:
                 candidates += [cand, balance_dram(problem, cand)]
-        simulated = []
-        for cand in candidates:
-            cycles = float(simulate_placement(problem, cand, self.batches).total_cycles)
-            simulated.append(cycles)
+        with concurrent.futures.ThreadPoolExecutor(_usable_cores()) as pool:
+            simulated = list(pool.map(
+                lambda cand: float(simulate_placement(problem, cand, self.batches).total_cycles),
+                candidates))
         pick = int(np.argmin(simulated))
         chosen = candidates[pick]
         notes = {**chosen.notes, "candidates": len(candidates),
