@@ -5,6 +5,7 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 from tvm.script import tirx as T
 
+from tests.passes.test_reduce_graph import tvm_fused
 from tvm_chiplet.passes import FoldConstantCalls, ReduceGraph
 from tvm_chiplet.tools import models
 from tvm_chiplet.tools.frontends import load_model
@@ -80,14 +81,4 @@ def test_input_module_is_not_mutated():
 
 def test_reduce_graph_of_a_cnn_with_batch_norm_equals_tvms_pipeline():
     mod = load_model(models.get_model("small-cnn"))
-    with tvm.target.Target("llvm"):
-        tvms = tvm.transform.Sequential([
-            relax.transform.DecomposeOpsForInference(),
-            relax.transform.LegalizeOps(),
-            relax.transform.AnnotateTIROpPattern(),
-            relax.transform.FoldConstant(),
-            relax.transform.FuseOps(),
-            relax.transform.FuseTIR(),
-            relax.transform.DeadCodeElimination(["main"]),
-        ])(mod)
-    tvm.ir.assert_structural_equal(ReduceGraph()(mod), tvms)
+    tvm.ir.assert_structural_equal(ReduceGraph()(mod), tvm_fused(mod))
