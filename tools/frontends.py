@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import onnx
 import tvm
 import tvm_ffi
 from tvm import relax
-from tvm.relax.frontend.onnx import from_onnx
+from tvm.relax.frontend.onnx import from_onnx, onnx_frontend
 
 
 @tvm_ffi.register_error
@@ -93,7 +95,7 @@ def onnx_to_relax(
             f"--input-shapes names {unknown} but {source} has inputs {names}"
         )
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _clip_as_relax_ops():
             warnings.simplefilter("ignore")
             return from_onnx(model, shape_dict=input_shapes or None)
     except tvm.error.OpNotImplemented as err:
@@ -109,6 +111,36 @@ def onnx_to_relax(
     except Exception as err:
         first = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
         raise ModelLoadError(f"TVM could not import {source}: {first}") from None
+
+
+@contextlib.contextmanager
+def _clip_as_relax_ops() -> Iterator[None]:
+    """Import ONNX Clip (opset >= 11) as ``R.maximum`` / ``R.minimum`` instead of TVM's
+    ``call_tir`` of topi kernels.
+
+    TVM 0.27's importer emits Clip as ``call_tir`` with the shapes of the import fixed in the
+    PrimFunc, which no pass can re-shape (ReplicateDataParallel splits the batch, so it refuses
+    them). The Relax ops legalize to the same topi kernels; NaN bounds are still treated as
+    unbounded, as ONNX and onnxruntime do.
+    """
+    clip = onnx_frontend.Clip
+    original = clip.__dict__["_impl_v13"]
+
+    def impl_v13(cls, bb, inputs, attr, params):
+        result = inputs[0]
+        if inputs[1] is not None:
+            low = cls._sanitize_nan_clip_bound(bb, inputs[1], for_min=True)
+            result = bb.emit(relax.op.maximum(result, low))
+        if inputs[2] is not None:
+            high = cls._sanitize_nan_clip_bound(bb, inputs[2], for_min=False)
+            result = bb.emit(relax.op.minimum(result, high))
+        return result
+
+    clip._impl_v13 = classmethod(impl_v13)
+    try:
+        yield
+    finally:
+        clip._impl_v13 = original
 
 
 def load_model(

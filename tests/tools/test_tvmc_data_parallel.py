@@ -30,3 +30,9 @@ def test_data_parallel_with_batch_one_says_why_and_what_works(tmp_path, capsys):
     assert code == 2
     assert "batch of at least" in err and "has batch 1" in err and "pipeline" in err
     assert not (tmp_path / "m.tar").exists()
+
+
+def test_data_parallel_splits_a_model_with_relu6_clips(tmp_path, capsys):
+    model = models.get_model("mobilenet-v2", batch=4, image=32, width=0.5)
+    compile_run_and_compare(tmp_path, model, "chiplet/cluster-4", "data-parallel")
+    assert "strategy data-parallel" in capsys.readouterr().out
