@@ -357,20 +357,28 @@ def resource_bounds(
     else:
         share = [1.0 / len(modules)] * len(modules)
     demand = [num_clusters * s for s in share]
-    caps = [max(1, m.compute_ops) for m in modules]
-    bounds = [1] * len(modules)
-    while sum(bounds) < num_clusters:
-        open_ = [i for i in range(len(modules)) if bounds[i] < caps[i]]
+    return apportion(demand, [max(1, m.compute_ops) for m in modules], num_clusters)
+
+
+def apportion(demand: list[float], caps: list[int], seats: int) -> list[int]:
+    """``seats`` handed out in proportion to ``demand`` (D'Hondt), between 1 and ``caps[i]``
+    each: one at a time to the largest demand per seat already given, ties to the earlier one.
+    The total stays below ``seats`` when every cap is reached, and is ``len(demand)`` when
+    ``seats`` is smaller (each still gets one)."""
+    given = [1] * len(demand)
+    while sum(given) < seats:
+        open_ = [i for i in range(len(demand)) if given[i] < caps[i]]
         if not open_:
             break
-        best = max(open_, key=lambda i: (demand[i] / bounds[i], -i))
-        bounds[best] += 1
-    return bounds
+        best = max(open_, key=lambda i: (demand[i] / given[i], -i))
+        given[best] += 1
+    return given
 
 
 __all__ = [
     "Complexity",
     "Module",
+    "apportion",
     "compute_dependencies",
     "dependency_modules",
     "depth_cut_bytes",

@@ -19,6 +19,7 @@ import networkx as nx
 import numpy as np
 
 from tvm_chiplet.passes.analysis.modules import (
+    apportion,
     compute_dependencies,
     dependency_modules,
     op_depth,
@@ -680,7 +681,7 @@ def _place_module(problem: PlanningProblem, model: _CostModel, groups: list[list
             load[cluster] = load[cluster] + group
         pieces = [(ops, c) for c, ops in load.items() if ops]
         return pieces, max(_cluster_cycles(problem, model, ops, c) for ops, c in pieces)
-    shares = _apportion([float(model.cycles[g, run[0]].sum()) for g in groups],
+    shares = apportion([float(model.cycles[g, run[0]].sum()) for g in groups],
                         [len(g) for g in groups], len(run))
     pieces, slowest, start = [], 0.0, 0
     for group, share in zip(groups, shares, strict=True):
@@ -701,18 +702,6 @@ def _cluster_cycles(problem: PlanningProblem, model: _CostModel, positions: list
     fits = model.weights[positions].sum() <= problem.system.clusters[cluster].sram_bytes
     table = problem.op_cycles if fits else problem.op_cycles_streamed
     return float(table[ops, cluster].sum())
-
-
-def _apportion(cost: list[float], caps: list[int], seats: int) -> list[int]:
-    """``seats`` (>= len(cost)) split in proportion to ``cost`` (D'Hondt), 1..cap each."""
-    given = [1] * len(cost)
-    while sum(given) < seats:
-        open_ = [i for i in range(len(cost)) if given[i] < caps[i]]
-        if not open_:
-            break
-        best = max(open_, key=lambda i: (cost[i] / given[i], -i))
-        given[best] += 1
-    return given
 
 
 def _segments(problem: PlanningProblem, model: _CostModel, group: list[int],
