@@ -27,6 +27,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
 
 from tvm_chiplet.runtime.files import atomic_write
+from tvm_chiplet.runtime.profile import run_label
 from tvm_chiplet.targets.system import ChipletSystem
 
 GANTT_FILE = "gantt.png"
@@ -104,12 +105,7 @@ def link_load_figure(system: ChipletSystem, sim: Any) -> Figure:
 
 
 def _run_label(sim: Any) -> str:
-    """``"2 batches"``, or for copies of a placement ``"8 inputs (2 rounds of 4 copies)"``."""
-    copies = getattr(sim, "copies", 1)
-    rounds = f"{sim.batches} round{'s' if sim.batches != 1 else ''}"
-    if copies > 1:
-        return f"{sim.inputs} inputs ({rounds} of {copies} copies)"
-    return f"{sim.batches} batch{'es' if sim.batches != 1 else ''}"
+    return run_label(int(sim.batches), getattr(sim, "copies", 1))
 
 
 def gantt_chart(plan: dict, system: ChipletSystem, sim: Any, path: str | os.PathLike) -> str:

@@ -115,6 +115,14 @@ def simulate_workload(
     )
 
 
+def run_label(batches: int, copies: int = 1) -> str:
+    """``"2 batches"``, or for copies of a placement ``"8 inputs (2 rounds of 4 copies)"``."""
+    if copies > 1:
+        rounds = f"{batches} round{'s' if batches != 1 else ''}"
+        return f"{batches * copies} inputs ({rounds} of {copies} copies)"
+    return f"{batches} batch{'es' if batches != 1 else ''}"
+
+
 def simulate_plan(
     plan: dict, system: ChipletSystem, batches: int = 1, network: str = "flow", progress=None
 ) -> DeviceSimResult:
@@ -215,8 +223,7 @@ def format_table(report: dict) -> str:
     totals = report["totals"]
     lines.append("-" * len(head))
     copies = report.get("copies", 1)
-    rounds = f"{report['batches']} round{'s' if report['batches'] != 1 else ''}"
-    inputs = f"{report['inputs']} inputs ({rounds} of {copies} copies) in " if copies > 1 else ""
+    inputs = f"{run_label(report['batches'], copies)} in " if copies > 1 else ""
     lines.append(
         f"device: {inputs}{totals['cycles']:.0f} cycles = {1e3 * totals['latency_s']:.3f} ms, "
         f"throughput {totals['throughput_per_s']:.1f} inf/s, "
