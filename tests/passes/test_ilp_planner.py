@@ -100,18 +100,17 @@ def test_ilp_equals_brute_force_on_branches_with_hard_memory():
     assert placement.notes["streamed_weight_ops"] == []
 
 
+def assert_objective_is_the_exact_stage_cost(problem, placement):
+    notes = placement.notes
+    costs = stage_costs(problem, placement.op_stage, placement.stage_clusters,
+                        notes["streamed_weight_ops"], notes["spilled_values"])
+    assert placement.objective_cycles == pytest.approx(costs.max())
+
+
 def test_reported_objective_is_the_exact_stage_cost():
     problem = make_problem(RESIDUAL, sram_bytes=8000)
     placement = IlpPlanner(time_limit=None).plan(problem)
-    notes = placement.notes
-    costs = stage_costs(
-        problem,
-        placement.op_stage,
-        placement.stage_clusters,
-        notes["streamed_weight_ops"],
-        notes["spilled_values"],
-    )
-    assert placement.objective_cycles == pytest.approx(costs.max())
+    assert_objective_is_the_exact_stage_cost(problem, placement)
     assert placement.op_cluster == tuple(placement.stage_clusters[s] for s in placement.op_stage)
     assert set(placement.op_stage) == set(range(len(placement.stage_clusters)))
 
@@ -148,14 +147,7 @@ def test_never_worse_than_dp_warm_start_on_resnet18():
     notes = placement.notes
     assert placement.objective_cycles <= notes["warm_start_objective"]
     if not notes["heuristic_kept"]:  # else the placement is the heuristic's, not the ILP's
-        costs = stage_costs(
-            problem,
-            placement.op_stage,
-            placement.stage_clusters,
-            notes["streamed_weight_ops"],
-            notes["spilled_values"],
-        )
-        assert placement.objective_cycles == pytest.approx(costs.max())
+        assert_objective_is_the_exact_stage_cost(problem, placement)
     assert notes["solver"] == "cbc" and notes["solve_seconds"] < 30
     assert notes["objective"] == placement.objective_cycles
     assert notes["gap"] is None or 0 <= notes["gap"] <= 1

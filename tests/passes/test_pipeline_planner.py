@@ -6,19 +6,23 @@ import pytest
 from tvm_chiplet.passes.planners import PipelinePlanner, PlanningError, min_bottleneck_partition
 
 
+def contiguous_partitions(n, max_stages):
+    """Every split of ops 0..n-1 into 1..max_stages contiguous stages, as stage bounds."""
+    for stages in range(1, min(n, max_stages) + 1):
+        for cuts in itertools.combinations(range(1, n), stages - 1):
+            yield [0, *cuts, n]
+
+
 def brute_force(costs, boundary, max_stages):
     n, k = costs.shape
     best = (np.inf, None)
-    for stages in range(1, min(n, k, max_stages) + 1):
-        for cuts in itertools.combinations(range(1, n), stages - 1):
-            starts = [0, *cuts]
-            bounds = [*starts, n]
-            worst = max(
-                costs[lo:hi, s].sum() + boundary[s, lo]
-                for s, (lo, hi) in enumerate(itertools.pairwise(bounds))
-            )
-            if worst < best[0] - 1e-9:
-                best = (worst, starts)
+    for bounds in contiguous_partitions(n, min(k, max_stages)):
+        worst = max(
+            costs[lo:hi, s].sum() + boundary[s, lo]
+            for s, (lo, hi) in enumerate(itertools.pairwise(bounds))
+        )
+        if worst < best[0] - 1e-9:
+            best = (worst, bounds[:-1])
     return best
 
 

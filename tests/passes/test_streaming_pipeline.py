@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from tests.passes.test_ilp_planner import make_graph
+from tests.passes.test_pipeline_planner import contiguous_partitions
 from tvm_chiplet.passes.planners.base import PlanningProblem
 from tvm_chiplet.passes.planners.dram import balance_dram
 from tvm_chiplet.passes.planners.evaluate import simulate_placement
@@ -22,16 +23,14 @@ from tvm_chiplet.targets.topology import Topology, mesh_system
 def brute_force(costs, weights, capacity, rate, dram, batches):
     n, k = costs.shape
     best = np.inf
-    for stages in range(1, min(n, k) + 1):
-        for cuts in itertools.combinations(range(1, n), stages - 1):
-            bounds = [0, *cuts, n]
-            times, streamed = [], 0.0
-            for s, (lo, hi) in enumerate(itertools.pairwise(bounds)):
-                w = weights[lo:hi].sum()
-                stream = w - 0.75 * capacity[s] if w > capacity[s] else 0.0
-                times.append(max(costs[lo:hi, s].sum(), stream / rate[s]))
-                streamed += stream
-            best = min(best, sum(times) + (batches - 1) * max(max(times), streamed / dram))
+    for bounds in contiguous_partitions(n, k):
+        times, streamed = [], 0.0
+        for s, (lo, hi) in enumerate(itertools.pairwise(bounds)):
+            w = weights[lo:hi].sum()
+            stream = w - 0.75 * capacity[s] if w > capacity[s] else 0.0
+            times.append(max(costs[lo:hi, s].sum(), stream / rate[s]))
+            streamed += stream
+        best = min(best, sum(times) + (batches - 1) * max(max(times), streamed / dram))
     return best
 
 
