@@ -404,8 +404,12 @@ class PipelinePlanner:
         candidates = [best, *self._replicated(problem)]
         if len(candidates) == 1:
             return best
-        simulated = [float(simulate_placement(problem, cand, self.batches).total_cycles)
-                     for cand in candidates]
+        def cycles(cand: Placement) -> float:
+            return float(simulate_placement(problem, cand, self.batches).total_cycles)
+
+        # The single pipeline was simulated already when its search ran.
+        simulated = [best.notes.get("simulated_cycles") or cycles(best),
+                     *map(cycles, candidates[1:])]
         pick = int(np.argmin(simulated))
         notes = {**candidates[pick].notes, "copies": candidates[pick].copies,
                  "copies_tried": [c.copies for c in candidates],
