@@ -111,6 +111,7 @@ def realise_placement(placement: Placement, anchors: list[int], split_graph: OpG
         dram_policy=placement.dram_policy,
         dram_shares=placement.dram_shares,
         replicas=placement.replicas,
+        sram_loans=placement.sram_loans,
     )
 
 

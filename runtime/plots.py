@@ -27,7 +27,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
 
 from tvm_chiplet.runtime.files import atomic_write
-from tvm_chiplet.runtime.profile import run_label
+from tvm_chiplet.runtime.profile import bytes_label, run_label
 from tvm_chiplet.targets.system import ChipletSystem
 
 GANTT_FILE = "gantt.png"
@@ -315,19 +315,12 @@ def _draw_chiplet_load(
                         fontsize=7, color="0.4")
             elif cols * rows <= 64:
                 value = load[j, i]
-                ax.text(x0 + i + 0.5, y0 + j + 0.5, _bytes_label(value), ha="center",
+                ax.text(x0 + i + 0.5, y0 + j + 0.5, bytes_label(value), ha="center",
                         va="center", fontsize=7,
                         color="black" if value > 0.6 * peak else "white")
     _grid_axes(ax, grid)
     ax.figure.colorbar(image, ax=ax, shrink=0.8, label="bytes over the chiplet's links")
     ax.set_title("bytes through each chiplet")
-
-
-def _bytes_label(value: float) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if value >= scale:
-            return f"{value / scale:.3g} {unit}"
-    return f"{value:.0f} B"
 
 
 def _save(fig: Figure, path: str | os.PathLike) -> str:

@@ -43,7 +43,8 @@ def simulate_workload(
     ``ceil(batches / copies)`` rounds of every copy, so when ``copies`` does not divide
     ``batches`` the last round runs a few inputs more than asked for.
 
-    Each DRAM controller becomes a link of its bandwidth in front of the fetch's route, and
+    Each DRAM controller becomes a link of its bandwidth in front of the fetch's route (a part
+    lent from another cluster's SRAM, ``dram`` None, takes its route alone), and
     each streaming cluster gets a DMA engine (a zero-cycle task stream of its own) that runs
     its fetches one after another (a fetch's parts from several controllers in parallel), so
     fetches contend for controllers and links like messages do. The
@@ -76,9 +77,11 @@ def simulate_workload(
             if fetch["after"] is not None:
                 sim_messages.append(SimMessage(fetch["after"], issue, 0, []))
         issue = landing[task] - 1
-        dram_link = len(links) + fetch["dram"]
+        # A part from DRAM first crosses its controller; a part lent by another cluster's SRAM
+        # only crosses the network.
+        source = [] if fetch.get("dram") is None else [len(links) + fetch["dram"]]
         sim_messages.append(
-            SimMessage(issue, landing[task], fetch["bytes"], [dram_link, *fetch["route"]])
+            SimMessage(issue, landing[task], fetch["bytes"], [*source, *fetch["route"]])
         )
     sim = simulate(
         sim_tasks,
@@ -113,6 +116,14 @@ def simulate_workload(
         dram_utilisation=sim.link_utilisation[k:],
         copies=copies,
     )
+
+
+def bytes_label(value: float) -> str:
+    """``"3.5 MB"``, ``"12 kB"``, ``"80 B"``: three significant digits in the largest unit."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{value:.0f} B"
 
 
 def run_label(batches: int, copies: int = 1) -> str:
@@ -188,6 +199,8 @@ def profile_report(plan: dict, system: ChipletSystem, sim: SimResult, execution=
         "clusters": clusters,
         "links": links,
         "drams": drams,
+        "sram_loans": [{"borrower": b, "lender": k, "bytes": n}
+                       for b, k, n in plan.get("sram_loans", [])],
         "totals": {
             "cycles": total,
             "latency_s": total / freq,
@@ -236,6 +249,15 @@ def format_table(report: dict) -> str:
             f"controller {d['dram']} {d['bytes'] / 1e6:.1f} MB ({100 * d['utilisation']:.1f}% busy)"
             for d in streamed
         ))
+    loans = report.get("sram_loans", [])
+    if loans:
+        lenders = sorted({loan["lender"] for loan in loans})
+        borrowers = sorted({loan["borrower"] for loan in loans})
+        lines.append(
+            f"sram loans: {bytes_label(sum(loan['bytes'] for loan in loans))} of streamed "
+            f"weights per input held by clusters {', '.join(map(str, lenders))} for clusters "
+            f"{', '.join(map(str, borrowers))}"
+        )
     if "host" in report:
         lines.append(f"host: wall {1e3 * report['host']['wall_s']:.2f} ms")
     return "\n".join(lines)

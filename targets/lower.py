@@ -26,14 +26,17 @@ from tvm_chiplet.tools.frontends import input_specs, load_model
 
 
 def describe_plan(schedule: SegmentSchedule, system: ChipletSystem, strategy: str,
-                  dram_policy: str = "interleave", dram_shares=(), replicas=()) -> dict:
+                  dram_policy: str = "interleave", dram_shares=(), replicas=(),
+                  sram_loans=()) -> dict:
     """The artifact's ``plan.json``: segments, transfers with bytes and routes, modeled tasks.
 
     Task cycles come from the shared cost model; a cluster whose weights exceed its SRAM streams
     them from DRAM. Messages are the op-level dependencies between tasks, with their routes.
     With ``replicas`` (cluster maps of :attr:`Placement.replicas`), ``tasks`` holds every copy
     of the work of one input (``"copy"``: 0 for the segments' own tasks), ``copies`` says how
-    many, and the simulator runs input ``b`` on copy ``b mod copies``.
+    many, and the simulator runs input ``b`` on copy ``b mod copies``. ``sram_loans``
+    (:attr:`Placement.sram_loans`) turn part of the DRAM fetches into fetches from lending
+    clusters.
     """
     topology = Topology(system)
     items = [
@@ -43,7 +46,7 @@ def describe_plan(schedule: SegmentSchedule, system: ChipletSystem, strategy: st
     ]
     items = replicate_items(items, [dict(mapping) for mapping in replicas])
     work, messages, resident, fetches = build_workload(items, system, topology, dram_policy,
-                                                       dram_shares)
+                                                       dram_shares, sram_loans)
     per_copy = len(schedule.tasks)
     tasks = [
         {**schedule.tasks[index % per_copy].to_dict(), "name": item.name,
@@ -79,6 +82,7 @@ def describe_plan(schedule: SegmentSchedule, system: ChipletSystem, strategy: st
         "weights_resident": resident,
         "dram_fetches": fetches,
         "dram_policy": dram_policy,
+        "sram_loans": [list(loan) for loan in sram_loans],
         "copies": 1 + len(replicas),
         "clusters_used": sorted({s.cluster for s in schedule.segments}
                                 | {c for mapping in replicas for _, c in mapping}),
@@ -195,7 +199,8 @@ def build(
     plan = describe_plan(read_segments(partitioned), chiplet_target.system, strategy_name,
                          placement.get("dram_policy", "interleave"),
                          [tuple(share) for share in placement.get("dram_shares", [])],
-                         placement.get("replicas", []))
+                         placement.get("replicas", []),
+                         [tuple(loan) for loan in placement.get("sram_loans", [])])
     if placement:
         plan["strategy"] = placement["strategy"]
         plan["placement"] = placement

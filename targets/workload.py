@@ -17,6 +17,14 @@ systems interleave addresses across channels (``dram_policy="nearest"`` fetches 
 controller only, ``"balanced"`` in the proportions a planner chose per cluster): each fetch is
 one message per controller, routed over the network, and the simulator shares controllers and
 links among all fetches and messages.
+
+SRAM loans
+----------
+A cluster whose own weights leave part of its SRAM free may hold some of a streaming cluster's
+weights instead (a *loan*: ``(borrower, lender, bytes)``, as a planner decides). Every batch, the
+borrower then fetches that share of each streamed item from the lender's SRAM, over the network,
+and only the rest from DRAM: the SRAM of all clusters acts as one pool in front of DRAM. A
+lender must keep all its own weights resident and hold its loans beside them.
 """
 
 from __future__ import annotations
@@ -129,11 +137,59 @@ def controller_shares(system: ChipletSystem, topology: Topology, cluster: int,
     return [(d.id, d.bandwidth / total) for d in system.drams]
 
 
+def check_loans(items: Sequence[WorkItem], system: ChipletSystem,
+                loans: Sequence[tuple[int, int, int]]) -> dict[int, list[tuple[int, int]]]:
+    """``{borrower: [(lender, bytes), ...]}`` of valid SRAM loans (module docstring).
+
+    Raises
+    ------
+    ValueError
+        For a loan between unknown or equal clusters, of no bytes, from a lender that streams
+        its own weights or has no room for the loan, or of more bytes than the borrower streams.
+    """
+    if not loans:
+        return {}
+    weights = [0] * system.num_clusters
+    for item in items:
+        weights[item.cluster] += item.weight_bytes
+    streams = [0] * system.num_clusters
+    for item, nbytes in zip(items, streamed_bytes(items, system), strict=True):
+        streams[item.cluster] += nbytes
+    by_borrower: dict[int, list[tuple[int, int]]] = {}
+    lent = [0] * system.num_clusters
+    for borrower, lender, nbytes in loans:
+        where = f"SRAM loan ({borrower}, {lender}, {nbytes})"
+        known = range(system.num_clusters)
+        if borrower not in known or lender not in known or borrower == lender or nbytes <= 0:
+            raise ValueError(
+                f"{where}: expected (borrower, lender, bytes) with two different clusters of "
+                f"0..{system.num_clusters - 1} and bytes > 0"
+            )
+        by_borrower.setdefault(borrower, []).append((lender, int(nbytes)))
+        lent[lender] += nbytes
+    for cluster in system.clusters:
+        c = cluster.id
+        if lent[c] and weights[c] + lent[c] > cluster.sram_bytes:
+            raise ValueError(
+                f"cluster {c} lends {lent[c]} B of SRAM but holds {weights[c]:.0f} B of its own "
+                f"weights in {cluster.sram_bytes} B; lend at most "
+                f"{max(0, cluster.sram_bytes - weights[c]):.0f} B from it"
+            )
+        borrowed = sum(nbytes for _, nbytes in by_borrower.get(c, []))
+        if borrowed > streams[c]:
+            raise ValueError(
+                f"cluster {c} borrows {borrowed} B of SRAM but streams only {streams[c]} B of "
+                f"weights per batch; borrow at most that"
+            )
+    return by_borrower
+
+
 def build_workload(
     items: Sequence[WorkItem], system: ChipletSystem, topology: Topology | None = None,
     dram_policy: str = "interleave", dram_shares: Sequence[tuple[int, int, float]] = (),
+    sram_loans: Sequence[tuple[int, int, int]] = (),
 ) -> tuple[list[dict], list[dict], list[bool], list[dict]]:
-    """Cycles per item, one message per cross-item dependency, and DRAM weight fetches.
+    """Cycles per item, one message per cross-item dependency, and weight fetches.
 
     Returns
     -------
@@ -141,11 +197,17 @@ def build_workload(
         ``tasks[i]`` = ``{"name", "cluster", "cycles"}`` (compute only); ``messages`` =
         ``{"src", "dst", "bytes", "route"}`` (empty route within a cluster);
         ``weights_resident[c]``: whether cluster ``c`` keeps all its weights in SRAM;
-        ``fetches`` = ``{"task", "cluster", "dram", "bytes", "route", "after"}``, one per
-        streamed item and DRAM controller (``after``: the item whose end issues it, or None).
+        ``fetches`` = ``{"task", "cluster", "dram", "lender", "bytes", "route", "after"}``, one
+        per streamed item and source: a DRAM controller (``dram``; ``lender`` None) or, with
+        ``sram_loans``, a lending cluster (``lender``; ``dram`` None). ``after``: the item
+        whose end issues the fetch, or None.
     """
     topology = topology or Topology(system)
     streamed = streamed_bytes(items, system)
+    loans = check_loans(items, system, sram_loans)
+    stream_total = [0] * system.num_clusters
+    for item, nbytes in zip(items, streamed, strict=True):
+        stream_total[item.cluster] += nbytes
     resident = [True] * system.num_clusters
     tasks, messages, fetches = [], [], []
     streamed_on: dict[int, list[int]] = {}
@@ -159,14 +221,22 @@ def build_workload(
             earlier = streamed_on.setdefault(item.cluster, [])
             after = earlier[-2] if len(earlier) >= 2 else None
             earlier.append(index)
+            parts = []
+            for lender, nbytes in loans.get(item.cluster, []):
+                share = int(streamed[index] * nbytes / stream_total[item.cluster])
+                parts.append((None, lender, share, topology.route(lender, item.cluster)))
+            rest = streamed[index] - sum(part[2] for part in parts)
             shares = controller_shares(system, topology, item.cluster, dram_policy, dram_shares)
-            sizes = _split_bytes(streamed[index], [share for _, share in shares])
-            for (dram_id, _), nbytes in zip(shares, sizes, strict=True):
-                fetches.append({
-                    "task": index, "cluster": item.cluster, "dram": dram_id, "bytes": nbytes,
-                    "route": topology.route(system.drams[dram_id].node, item.cluster),
-                    "after": after,
-                })
+            sizes = _split_bytes(rest, [share for _, share in shares])
+            parts += [(dram_id, None, nbytes,
+                       topology.route(system.drams[dram_id].node, item.cluster))
+                      for (dram_id, _), nbytes in zip(shares, sizes, strict=True)]
+            for dram_id, lender, nbytes, route in parts:
+                if nbytes > 0 or not any(part[2] for part in parts):
+                    fetches.append({
+                        "task": index, "cluster": item.cluster, "dram": dram_id,
+                        "lender": lender, "bytes": nbytes, "route": route, "after": after,
+                    })
         for producer, nbytes in item.deps:
             src = items[producer].cluster
             route = topology.route(src, item.cluster) if src != item.cluster else []

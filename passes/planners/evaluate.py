@@ -79,6 +79,7 @@ def simulate_placement(
     """Simulate ``placement`` with the shared cost model and the C++ device simulator."""
     items = placement_items(problem, placement)
     tasks, messages, _, fetches = build_workload(items, problem.system, problem.topology,
-                                                 placement.dram_policy, placement.dram_shares)
+                                                 placement.dram_policy, placement.dram_shares,
+                                                 placement.sram_loans)
     return simulate_workload(tasks, messages, problem.system, batches, network, fetches=fetches,
                              copies=placement.copies)

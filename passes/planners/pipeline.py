@@ -123,6 +123,7 @@ def min_streaming_partition(
     batches: int = 64,
     exposed: float = 0.0,
     grid: int = 24,
+    lend: bool = False,
 ) -> tuple[float, list[StreamingStage], float]:
     """Contiguous stages, each on a region of resources, minimising the steady batch time when
     weights stream from DRAM.
@@ -141,7 +142,11 @@ def min_streaming_partition(
 
         ``sum_k t_k + (batches - 1) * max(max_k t_k, total streamed / dram_bandwidth)``
 
-    (the first input crosses every stage, then one leaves per period). For each target ``T``
+    (the first input crosses every stage, then one leaves per period). With ``lend``, a
+    resource whose weights fit leaves ``capacity - W`` of SRAM free, which holds streamed weights
+    of other stages (SRAM loans, :func:`~tvm_chiplet.passes.planners.dram.balance_dram`): that
+    room counts against the total streamed from DRAM (never below zero), while the borrowing
+    stages still receive all their streamed bytes. For each target ``T``
     of a geometric grid, a min-plus dynamic program over (ops placed, resources used) finds the
     partition minimising ``sum_k (t_k + (batches - 1) * streamed_k / dram_bandwidth)`` whose
     stages all take ``t <= T``; the best objective over the grid wins.
@@ -185,6 +190,9 @@ def min_streaming_partition(
             time = np.maximum(compute, fetch) + exposed * np.minimum(compute, fetch)
             if width > 1:
                 time = np.where(cost_split[hi] > cost_split[lo], time, np.inf)
+            if lend:  # free SRAM (negative) offsets what other stages stream from DRAM
+                on_home = np.where(home > capacity[k], on_home, home - capacity[k])
+                on_other = np.where(part > capacity[k], on_other, part - capacity[k])
             options[k, width] = (time, on_home + (width - 1) * on_other)
     every_op = stage_costs[:, :k_max].min(axis=1)
     t_lo = max(float(every_op.max()) / max_width, float(every_op.sum()) / k_max, 1.0)
@@ -202,6 +210,7 @@ def min_streaming_partition(
         if found is None:
             continue
         stages, streamed, slowest, latency = found
+        streamed = max(streamed, 0.0)
         objective = latency + (batches - 1) * max(slowest, streamed / dram_bandwidth)
         if objective < best[0] - 1e-9 * max(1.0, objective):
             best = (objective, stages, streamed)
@@ -321,10 +330,31 @@ def candidate_orders(problem: PlanningProblem, rate: dict[int, float]) -> list[l
     return unique
 
 
-STREAMING_VARIANTS = (("interleave", 0.0), ("balanced", 0.0), ("balanced", 0.5))
-"""(DRAM policy of the stream rates, exposed fetch share) of the streaming DP runs. Rates of
-the ``nearest`` policy never produced the winner on ResNet-50 or BERT-base (mesh-4x4,
-simba-6x6), so they are not tried."""
+@dataclass(frozen=True)
+class StreamingVariant:
+    """One model of streaming for :func:`min_streaming_partition` runs.
+
+    ``policy``: the DRAM policy whose :func:`stream_rates` the run assumes, scaled by
+    ``rate_scale`` (below 1: room left for the activations and loans that share a cluster's
+    links); ``exposed``: the share of the shorter of fetch and compute that is not hidden;
+    ``lend``: free SRAM holds streamed weights (SRAM loans), and the candidates' weights are
+    placed by :func:`~tvm_chiplet.passes.planners.dram.balance_dram` with lending.
+    """
+
+    policy: str
+    exposed: float = 0.0
+    rate_scale: float = 1.0
+    lend: bool = False
+
+
+STREAMING_VARIANTS = (
+    StreamingVariant("interleave"),
+    StreamingVariant("balanced"),
+    StreamingVariant("balanced", exposed=0.5),
+    StreamingVariant("balanced", rate_scale=0.7, lend=True),
+)
+"""The streaming DP runs of :class:`PipelinePlanner`. Rates of the ``nearest`` policy never
+produced the winner on ResNet-50 or BERT-base (mesh-4x4, simba-6x6), so they are not tried."""
 
 
 class PipelinePlanner:
@@ -437,7 +467,9 @@ class PipelinePlanner:
                                        clusters=tiles[0]).plan(problem)
                 replicas = tuple(tuple((c, tile[position[c]]) for c in base.clusters_used())
                                  for tile in tiles[1:])
-                replicated = dataclasses.replace(base, replicas=replicas)
+                # Copies cannot share lenders: a tile's loans are dropped (its weights stream
+                # from DRAM in the shares the LP gave them).
+                replicated = dataclasses.replace(base, replicas=replicas, sram_loans=())
                 if replicated not in found:
                     found.append(replicated)
         return found
@@ -462,18 +494,18 @@ class PipelinePlanner:
         # The DP's model is rough (regions, fetch/compute overlap): variants are candidates.
         widths = sorted({1, min(2, self.max_region), self.max_region})
         runs = []
-        for policy, exposed in STREAMING_VARIANTS:
-            rate = stream_rates(problem, policy)
+        for variant in STREAMING_VARIANTS:
+            rate = stream_rates(problem, variant.policy)
             orders = [self._allowed(o) for o in candidate_orders(problem, rate)]
+            scaled = {c: r * variant.rate_scale for c, r in rate.items()}
             for cand_order, width in itertools.product(orders, widths):
-                runs.append((problem, cand_order, boundary(cand_order), rate, policy, width,
-                             exposed))
+                runs.append((problem, cand_order, boundary(cand_order), scaled, variant, width))
         # numpy releases the GIL in the DP's array work: the runs share the cores.
         with concurrent.futures.ThreadPoolExecutor(_usable_cores()) as pool:
             found = list(pool.map(lambda run: self._streaming(*run), runs))
-        for cand in found:
+        for cand, run in zip(found, runs, strict=True):
             if cand is not None:
-                candidates += [cand, balance_dram(problem, cand)]
+                candidates += [cand, balance_dram(problem, cand, lend=run[4].lend)]
         with concurrent.futures.ThreadPoolExecutor(_usable_cores()) as pool:
             simulated = list(pool.map(
                 lambda cand: float(simulate_placement(problem, cand, self.batches).total_cycles),
@@ -522,8 +554,8 @@ class PipelinePlanner:
         )
         return starts, bottleneck
 
-    def _streaming(self, problem, order, boundary, rate, policy, width,
-                   exposed) -> Placement | None:
+    def _streaming(self, problem, order, boundary, rate, variant: StreamingVariant,
+                   width) -> Placement | None:
         """The streaming DP's stages over ``order``, regions included (None if it fails)."""
         graph = problem.graph
         weights, capacity = _memory(problem, order)
@@ -536,7 +568,8 @@ class PipelinePlanner:
             problem.op_cycles[:, order], boundary, weights, capacity,
             np.array([rate[c] for c in order]), dram, self.max_stages, split_max=split_max,
             spread_bytes=np.array([op.input_bytes for op in graph.ops], dtype=float),
-            spread_rate=spread_rate, max_width=width, batches=self.batches, exposed=exposed,
+            spread_rate=spread_rate, max_width=width, batches=self.batches,
+            exposed=variant.exposed, lend=variant.lend,
         )
         if not np.isfinite(objective):
             return None
@@ -557,7 +590,7 @@ class PipelinePlanner:
             notes={"dram_bytes_per_batch": streamed,
                    "regions": [st.width for st in stages if st.width > 1]},
             splits=tuple(splits),
-            dram_policy=policy,
+            dram_policy=variant.policy,
         )
 
 

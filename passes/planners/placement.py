@@ -102,6 +102,10 @@ class Placement:
         copies, input ``b`` runs on copy ``b mod R``, where copy ``r >= 1`` puts the work of
         each cluster ``c`` on ``dict(replicas[r - 1])[c]``. Every copy maps every cluster the
         placement uses (ops and split parts) to clusters no other copy uses.
+    sram_loans : tuple of (borrower, lender, bytes)
+        Streamed weights of cluster ``borrower`` held in the spare SRAM of cluster ``lender``:
+        each batch, ``bytes`` of what ``borrower`` streams come from ``lender`` over the network
+        instead of from DRAM (see :mod:`tvm_chiplet.targets.workload`). Not with ``replicas``.
     """
 
     strategy: str
@@ -114,6 +118,7 @@ class Placement:
     dram_policy: str = "interleave"
     dram_shares: tuple[tuple[int, int, float], ...] = ()
     replicas: tuple[tuple[tuple[int, int], ...], ...] = ()
+    sram_loans: tuple[tuple[int, int, int], ...] = ()
 
     def __post_init__(self) -> None:
         if self.dram_policy not in DRAM_POLICIES:
@@ -123,6 +128,11 @@ class Placement:
         if len(self.op_cluster) != len(self.op_stage):
             raise PlanningError(
                 f"placement has {len(self.op_cluster)} clusters but {len(self.op_stage)} stages"
+            )
+        if self.sram_loans and self.replicas:
+            raise PlanningError(
+                "a placement with copies (replicas) cannot also have SRAM loans: each copy "
+                "would need its own lenders; drop the loans or the copies"
             )
         used = self.clusters_used()
         taken = set(used)
@@ -163,6 +173,7 @@ class Placement:
             "dram_policy": self.dram_policy,
             "dram_shares": [list(share) for share in self.dram_shares],
             "replicas": [[list(pair) for pair in mapping] for mapping in self.replicas],
+            "sram_loans": [list(loan) for loan in self.sram_loans],
         }
 
     @classmethod
@@ -182,4 +193,5 @@ class Placement:
             dram_shares=tuple(tuple(share) for share in data.get("dram_shares", [])),
             replicas=tuple(tuple((int(c), int(d)) for c, d in mapping)
                            for mapping in data.get("replicas", [])),
+            sram_loans=tuple(tuple(int(v) for v in loan) for loan in data.get("sram_loans", [])),
         )

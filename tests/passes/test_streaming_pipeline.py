@@ -16,7 +16,7 @@ from tvm_chiplet.passes.planners.pipeline import (
     min_streaming_partition,
     stream_rates,
 )
-from tvm_chiplet.passes.planners.placement import Placement
+from tvm_chiplet.passes.planners.placement import Placement, PlanningError
 from tvm_chiplet.targets.topology import Topology, mesh_system
 
 
@@ -121,3 +121,45 @@ def test_without_a_working_lp_solver_the_placement_keeps_its_policy(monkeypatch)
     monkeypatch.setattr(pulp.LpProblem, "solve", crash)
     placement = Placement("manual", (0, 0, 0, 0), (0, 0, 0, 0), (0,), dram_policy="nearest")
     assert balance_dram(overflowing_problem(), placement) == placement
+
+
+def test_dram_lp_with_lending_holds_streamed_weights_in_spare_sram():
+    problem = overflowing_problem()
+    # Clusters 0..2 stream; cluster 3 runs nothing and has 1 MB of SRAM free.
+    placement = Placement("manual", (0, 1, 2, 2), (0, 1, 2, 2), (0, 1, 2))
+    plain, lent = balance_dram(problem, placement), balance_dram(problem, placement, lend=True)
+    assert plain.sram_loans == ()
+    assert {lender for _, lender, _ in lent.sram_loans} == {3}
+    assert sum(n for _, _, n in lent.sram_loans) <= problem.system.clusters[3].sram_bytes
+    assert lent.notes["sram_lent_bytes"] == sum(n for _, _, n in lent.sram_loans)
+    assert lent.notes["dram_busiest_cycles"] < plain.notes["dram_busiest_cycles"]
+    with_loans, without = (simulate_placement(problem, p, 8) for p in (lent, plain))
+    assert with_loans.dram_bytes.sum() < without.dram_bytes.sum()
+    assert with_loans.total_cycles < without.total_cycles
+
+
+def test_lending_is_not_offered_to_copies():
+    problem = overflowing_problem()
+    placement = Placement("manual", (0, 0, 0, 0), (0, 0, 0, 0), (0,),
+                          replicas=(((0, 1),),))
+    assert balance_dram(problem, placement, lend=True).sram_loans == ()
+
+
+def test_streaming_dp_counts_free_sram_against_dram_traffic_when_lending():
+    # Op 0 leaves 6 of its resource's 8 units free; op 1 streams 16 - 6 = 10 units per batch.
+    costs, weights = np.array([[1.0, 1.0], [1.0, 1.0]]), np.array([2.0, 16.0])
+    args = (costs, np.zeros((2, 3)), weights, np.array([8.0, 8.0]), np.array([100.0, 100.0]),
+            1.0)
+    alone, stages, streamed = min_streaming_partition(*args, batches=4)
+    lent, stages_lent, streamed_lent = min_streaming_partition(*args, batches=4, lend=True)
+    assert [(s.lo, s.hi) for s in stages] == [(s.lo, s.hi) for s in stages_lent] == [(0, 1),
+                                                                                      (1, 2)]
+    assert (streamed, streamed_lent) == (10.0, 4.0)
+    assert lent == pytest.approx(alone - 3 * 6.0)
+
+
+def test_placement_with_loans_round_trips_and_refuses_copies():
+    placement = Placement("pipeline", (0, 1), (0, 1), (0, 1), sram_loans=((1, 2, 4096),))
+    assert Placement.from_dict(placement.to_dict()) == placement
+    with pytest.raises(PlanningError, match="cannot also have SRAM loans"):
+        Placement("pipeline", (0,), (0,), (0,), replicas=(((0, 1),),), sram_loans=((0, 2, 8),))

@@ -107,3 +107,49 @@ def test_dram_controller_load_is_reported():
     report = profile_report(plan, system, sim)
     assert report["drams"][0]["bytes"] == streamed
     assert 0 < report["drams"][0]["utilisation"] <= 1
+
+
+def lending_system():
+    # Three one-cluster chiplets in a row; the controller sits at cluster 0.
+    return mesh_system(1, 3, bandwidth=100.0, latency=1.0, sram_bytes=1024,
+                       dram_bandwidth=50.0, dram_at=((0, 0),))
+
+
+def test_a_loan_fetches_its_share_from_the_lender_and_the_rest_from_dram():
+    system = lending_system()
+    # Cluster 0 streams 1233 B per batch (2001 B less its 768 B resident budget); cluster 2
+    # holds 200 B of weights and lends 600 B of its 1024 B of SRAM.
+    items = [WorkItem("a", 0, 2.0, 8.0, 2001), WorkItem("b", 2, 2.0, 8.0, 200)]
+    tasks, _, _, fetches = build_workload(items, system, sram_loans=[(0, 2, 600)])
+    assert [(f["dram"], f["lender"], f["bytes"], len(f["route"])) for f in fetches] == [
+        (None, 2, 600, 2), (0, None, 633, 0)]
+    sim = simulate_workload(tasks, [], system, network="analytical", fetches=fetches)
+    # The parts travel in parallel: 633 B from DRAM at 50 B/cycle outlast 600 B over two
+    # 100 B/cycle links (+ 2 cycles of latency).
+    assert sim.task_start[0, 0] == pytest.approx(633 / 50.0)
+    assert sim.dram_bytes.tolist() == [633]
+    assert sim.link_bytes.sum() == 2 * 600
+
+
+def test_loans_split_every_streamed_item_in_proportion():
+    system = lending_system()
+    items = [WorkItem("a", 0, 2.0, 8.0, 1000), WorkItem("b", 0, 2.0, 8.0, 3000)]
+    streamed = streamed_bytes(items, system)
+    _, _, _, fetches = build_workload(items, system, sram_loans=[(0, 1, 1000)])
+    lent = {f["task"]: f["bytes"] for f in fetches if f["lender"] == 1}
+    assert lent == {t: int(streamed[t] * 1000 / sum(streamed)) for t in (0, 1)}
+    assert sum(f["bytes"] for f in fetches) == sum(streamed)
+
+
+@pytest.mark.parametrize(("loan", "match"), [
+    ((0, 0, 10), "two different clusters"),
+    ((0, 5, 10), "two different clusters"),
+    ((0, 2, 0), "bytes > 0"),
+    ((0, 2, 900), r"cluster 2 lends 900 B .* lend at most 824 B"),
+    ((2, 1, 10), "cluster 2 borrows 10 B of SRAM but streams only 0 B"),
+    ((1, 0, 10), "cluster 0 lends 10 B of SRAM but holds 2001 B"),
+])
+def test_impossible_loans_are_refused_with_the_reason(loan, match):
+    items = [WorkItem("a", 0, 2.0, 8.0, 2001), WorkItem("b", 2, 2.0, 8.0, 200)]
+    with pytest.raises(ValueError, match=match):
+        build_workload(items, lending_system(), sram_loans=[loan])

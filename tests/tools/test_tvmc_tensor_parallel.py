@@ -5,6 +5,7 @@ import pytest
 
 from tests.tools.e2e import compile_run_and_compare
 from tvm_chiplet.tools import models
+from tvm_chiplet.tools.tvmc import main
 
 
 @pytest.mark.parametrize(
@@ -53,6 +54,23 @@ def test_pipeline_streams_weights_that_overflow_sram_and_matches_onnxruntime(tmp
     assert plan["dram_fetches"]  # weights stream from DRAM
     assert plan["placement"]["notes"]["candidates"] > 1
     assert plan["dram_policy"] in ("interleave", "nearest", "balanced")
+
+
+def test_spare_sram_holds_streamed_weights_end_to_end(tmp_path, capsys):
+    # small-cnn's first conv fills half its cluster's SRAM; the pipeline lends the rest to a
+    # streaming cluster (checked against onnxruntime, then simulated from plan.json).
+    config = tmp_path / "tiny.toml"
+    config.write_text(TINY_SRAM)
+    plan = compile_run_and_compare(tmp_path, models.get_model("small-cnn"),
+                                   f"chiplet -config={config}", "pipeline")
+    loans = plan["sram_loans"]
+    assert loans and plan["placement"]["sram_loans"] == loans
+    lent = [f for f in plan["dram_fetches"] if f["lender"] is not None]
+    assert {f["lender"] for f in lent} == {lender for _, lender, _ in loans}
+    assert all(f["dram"] is None and f["route"] for f in lent)
+    capsys.readouterr()
+    assert main(["run", str(tmp_path / "m.tar"), "--print-time", "--batches", "4"]) == 0
+    assert "sram loans: " in capsys.readouterr().out
 
 
 def test_modular_matches_onnxruntime(tmp_path):
