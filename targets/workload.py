@@ -232,7 +232,7 @@ def build_workload(
                        topology.route(system.drams[dram_id].node, item.cluster))
                       for (dram_id, _), nbytes in zip(shares, sizes, strict=True)]
             for dram_id, lender, nbytes, route in parts:
-                if nbytes > 0 or not any(part[2] for part in parts):
+                if nbytes > 0:  # they add up to streamed[index] > 0: at least one is
                     fetches.append({
                         "task": index, "cluster": item.cluster, "dram": dram_id,
                         "lender": lender, "bytes": nbytes, "route": route, "after": after,
