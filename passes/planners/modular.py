@@ -415,7 +415,8 @@ class ModularPlanner:
        (then the result may depend on the machine's speed; ``notes`` say which stop happened).
     4. **Judging.** The initial placements, ``checkpoints`` states spread over each search's
        trajectory (its first and last included) and, when weights stream, the fastest of those
-       with DRAM shares balanced by :func:`~tvm_chiplet.passes.planners.dram.balance_dram` are
+       with DRAM shares balanced by :func:`~tvm_chiplet.passes.planners.dram.balance_dram`, with
+       and without SRAM loans (spare SRAM holding streamed weights), are
        simulated (:func:`~tvm_chiplet.passes.planners.evaluate.simulate_placement`, ``batches``
        pipelined inputs, ``"flow"`` network); the fastest is returned, so the result is never
        slower than the initial placement.
@@ -531,12 +532,16 @@ class ModularPlanner:
                 judge(layout.placement(problem, model, assign, module, policy),
                       candidate=f"search/{step}", modules=len(layout.modules),
                       objective=score.objective)
-        if streaming and len(problem.system.drams) > 1:
-            # The controller mix that unloads the busiest link or controller (an LP).
-            fastest = sorted(judged, key=lambda row: row[:2])[: self.checkpoints // 2]
-            for _, index, placement in fastest:
-                judge(balance_dram(problem, placement), candidate=f"balanced/{index}",
-                      modules=len(layout.modules), objective=placement.objective_cycles)
+        # Where streamed weights live: the controller mix that unloads the busiest link or
+        # controller (an LP), and the same with spare SRAM holding streamed weights (SRAM
+        # loans). balance_dram returns a placement that streams nothing unchanged.
+        fastest = sorted(judged, key=lambda row: row[:2])[: self.checkpoints // 2]
+        for _, index, placement in fastest:
+            for lend, kind in ((False, "balanced"), (True, "lent")):
+                placed = balance_dram(problem, placement, lend=lend)
+                if placed is not placement:
+                    judge(placed, candidate=f"{kind}/{index}", modules=len(layout.modules),
+                          objective=placement.objective_cycles)
         _, pick, best = min(judged, key=lambda row: row[:2])
         notes = {
             "modules": len(layout.modules),

@@ -260,3 +260,20 @@ def test_small_cnn_on_mesh():
     assert rows[placement.notes["chosen"]]["simulated_cycles"] == min(
         r["simulated_cycles"] for r in rows
     )
+
+
+def test_weights_streaming_from_a_slow_dram_borrow_other_clusters_sram():
+    # 1.5 MB of weights on 1 MB clusters, a 4 B/cycle controller: the weights fit in the SRAM
+    # of the grid, and the loans of the idle clusters take DRAM out of the steady state.
+    graph = make_graph([(1e6, 8000, 0), (1e6, 8000, 3 * MB // 2)], [(0, 1)])
+    problem = make_problem(graph, rows=2, cols=2, sram_bytes=MB, dram_at=((0, 0),),
+                           dram_bandwidth=4.0)
+    placement = ModularPlanner(batches=8).plan(problem)
+    rows = placement.notes["candidates"]
+    chosen = rows[placement.notes["chosen"]]
+    unlent = min(r["simulated_cycles"] for r in rows if not r["candidate"].startswith("lent/"))
+    assert chosen["candidate"].startswith("lent/")
+    assert chosen["simulated_cycles"] < unlent / 5
+    borrower = placement.op_cluster[1]
+    assert placement.sram_loans
+    assert all(b == borrower != k for b, k, _ in placement.sram_loans)
