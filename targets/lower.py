@@ -21,7 +21,12 @@ from tvm_chiplet.runtime.profile import simulate_workload
 from tvm_chiplet.targets.system import ChipletSystem
 from tvm_chiplet.targets.target import ChipletTarget, parse_target
 from tvm_chiplet.targets.topology import Topology
-from tvm_chiplet.targets.workload import WorkItem, build_workload, replicate_items
+from tvm_chiplet.targets.workload import (
+    WorkItem,
+    build_workload,
+    replicate_items,
+    replicate_loans,
+)
 from tvm_chiplet.tools.frontends import input_specs, load_model
 
 
@@ -44,9 +49,10 @@ def describe_plan(schedule: SegmentSchedule, system: ChipletSystem, strategy: st
                  [(p, b) for p, b in t.deps])
         for t in schedule.tasks
     ]
-    items = replicate_items(items, [dict(mapping) for mapping in replicas])
-    work, messages, resident, fetches = build_workload(items, system, topology, dram_policy,
-                                                       dram_shares, sram_loans)
+    copies = [dict(mapping) for mapping in replicas]
+    items = replicate_items(items, copies)
+    work, messages, resident, fetches = build_workload(
+        items, system, topology, dram_policy, dram_shares, replicate_loans(sram_loans, copies))
     per_copy = len(schedule.tasks)
     tasks = [
         {**schedule.tasks[index % per_copy].to_dict(), "name": item.name,
@@ -85,7 +91,8 @@ def describe_plan(schedule: SegmentSchedule, system: ChipletSystem, strategy: st
         "sram_loans": [list(loan) for loan in sram_loans],
         "copies": 1 + len(replicas),
         "clusters_used": sorted({s.cluster for s in schedule.segments}
-                                | {c for mapping in replicas for _, c in mapping}),
+                                | {c for mapping in replicas for _, c in mapping}
+                                | {lender for _, lender, _ in sram_loans}),
     }
 
 

@@ -76,6 +76,14 @@ def replicate_items(items: Sequence[WorkItem],
     return replicated
 
 
+def replicate_loans(loans: Sequence[tuple[int, int, int]],
+                    copies: Sequence[dict[int, int]]) -> list[tuple[int, int, int]]:
+    """``loans`` followed by the same loans between the mapped clusters of every copy (the
+    cluster maps of :func:`replicate_items`, which must map the lenders too)."""
+    return [*loans, *((clusters[borrower], clusters[lender], nbytes)
+                      for clusters in copies for borrower, lender, nbytes in loans)]
+
+
 def overflow_bytes(weight_bytes, sram_bytes):
     """Bytes per batch a cluster holding ``weight_bytes`` of weights streams, however they
     divide into ops: none if they fit its SRAM, else all beyond the resident budget.

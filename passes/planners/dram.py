@@ -26,6 +26,7 @@ better, so it is left out).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection
 
 import pulp
 
@@ -35,10 +36,10 @@ from tvm_chiplet.passes.planners.placement import Placement
 from tvm_chiplet.targets.workload import build_workload, streamed_bytes
 
 
-def balance_dram(problem: PlanningProblem, placement: Placement,
-                 lend: bool = False) -> Placement:
-    """``placement`` with DRAM shares (and, with ``lend``, SRAM loans) that minimise the busiest
-    controller or link.
+def balance_dram(problem: PlanningProblem, placement: Placement, lend: bool = False,
+                 lenders: Collection[int] | None = None) -> Placement:
+    """``placement`` with DRAM shares (and, with ``lend``, SRAM loans from ``lenders``, default
+    every cluster) that minimise the busiest controller or link.
 
     Returns the placement unchanged when nothing streams, there is one controller and nothing
     to lend, the placement has copies (lending is refused with copies), or pulp's bundled CBC
@@ -54,7 +55,8 @@ def balance_dram(problem: PlanningProblem, placement: Placement,
             streamed[item.cluster] = streamed.get(item.cluster, 0.0) + nbytes
     lend = lend and not placement.replicas
     spare = {c.id: c.sram_bytes - weights[c.id] for c in system.clusters
-             if lend and c.id not in streamed and c.sram_bytes > weights[c.id]}
+             if lend and c.id not in streamed and c.sram_bytes > weights[c.id]
+             and (lenders is None or c.id in lenders)}
     if not streamed or (len(system.drams) < 2 and not spare):
         return placement
     _, messages, _, _ = build_workload(items, system, topology, "nearest")

@@ -12,7 +12,12 @@ from tvm_chiplet.passes.planners.placement import (
 )
 from tvm_chiplet.runtime.profile import simulate_workload
 from tvm_chiplet.runtime.simulator import SimResult
-from tvm_chiplet.targets.workload import WorkItem, build_workload, replicate_items
+from tvm_chiplet.targets.workload import (
+    WorkItem,
+    build_workload,
+    replicate_items,
+    replicate_loans,
+)
 
 
 def placement_items(problem: PlanningProblem, placement: Placement) -> list[WorkItem]:
@@ -78,8 +83,10 @@ def simulate_placement(
 ) -> SimResult:
     """Simulate ``placement`` with the shared cost model and the C++ device simulator."""
     items = placement_items(problem, placement)
+    loans = replicate_loans(placement.sram_loans,
+                            [dict(mapping) for mapping in placement.replicas])
     tasks, messages, _, fetches = build_workload(items, problem.system, problem.topology,
                                                  placement.dram_policy, placement.dram_shares,
-                                                 placement.sram_loans)
+                                                 loans)
     return simulate_workload(tasks, messages, problem.system, batches, network, fetches=fetches,
                              copies=placement.copies)

@@ -400,7 +400,8 @@ class PipelinePlanner:
         Also try copies of a smaller pipeline on congruent tiles of the grid (see above); not
         with ``max_stages`` (which caps the clusters used) or ``clusters``.
     clusters : sequence of int, optional
-        Plan on these clusters only (default: every cluster), in the topology's order.
+        Plan on these clusters only, and lend SRAM from these only (default: every cluster),
+        in the topology's order.
     """
 
     name = "pipeline"
@@ -467,9 +468,7 @@ class PipelinePlanner:
                                        clusters=tiles[0]).plan(problem)
                 replicas = tuple(tuple((c, tile[position[c]]) for c in base.clusters_used())
                                  for tile in tiles[1:])
-                # Copies cannot share lenders: a tile's loans are dropped (its weights stream
-                # from DRAM in the shares the LP gave them).
-                replicated = dataclasses.replace(base, replicas=replicas, sram_loans=())
+                replicated = dataclasses.replace(base, replicas=replicas)
                 if replicated not in found:
                     found.append(replicated)
         return found
@@ -505,7 +504,8 @@ class PipelinePlanner:
             found = list(pool.map(lambda run: self._streaming(*run), runs))
         for cand, run in zip(found, runs, strict=True):
             if cand is not None:
-                candidates += [cand, balance_dram(problem, cand, lend=run[4].lend)]
+                candidates += [cand, balance_dram(problem, cand, lend=run[4].lend,
+                                                  lenders=self.clusters)]
         with concurrent.futures.ThreadPoolExecutor(_usable_cores()) as pool:
             simulated = list(pool.map(
                 lambda cand: float(simulate_placement(problem, cand, self.batches).total_cycles),

@@ -105,7 +105,8 @@ class Placement:
     sram_loans : tuple of (borrower, lender, bytes)
         Streamed weights of cluster ``borrower`` held in the spare SRAM of cluster ``lender``:
         each batch, ``bytes`` of what ``borrower`` streams come from ``lender`` over the network
-        instead of from DRAM (see :mod:`tvm_chiplet.targets.workload`). Not with ``replicas``.
+        instead of from DRAM (see :mod:`tvm_chiplet.targets.workload`). With ``replicas``,
+        every copy has the same loans between its own clusters.
     """
 
     strategy: str
@@ -129,11 +130,6 @@ class Placement:
             raise PlanningError(
                 f"placement has {len(self.op_cluster)} clusters but {len(self.op_stage)} stages"
             )
-        if self.sram_loans and self.replicas:
-            raise PlanningError(
-                "a placement with copies (replicas) cannot also have SRAM loans: each copy "
-                "would need its own lenders; drop the loans or the copies"
-            )
         used = self.clusters_used()
         taken = set(used)
         for number, mapping in enumerate(self.replicas, start=1):
@@ -152,8 +148,9 @@ class Placement:
         return 1 + len(self.replicas)
 
     def clusters_used(self) -> list[int]:
-        """The clusters the placement's ops and split parts run on (one copy), sorted."""
-        used = set(self.op_cluster)
+        """The clusters the placement's ops and split parts run on, and the clusters lending
+        them SRAM (one copy), sorted."""
+        used = set(self.op_cluster) | {lender for _, lender, _ in self.sram_loans}
         for split in self.splits:
             used.update(split.clusters)
         return sorted(used)

@@ -11,7 +11,12 @@ from tvm_chiplet.passes.planners.placement import Placement, PlanningError
 from tvm_chiplet.runtime.profile import simulate_workload
 from tvm_chiplet.targets.system import load_system
 from tvm_chiplet.targets.topology import Topology, mesh_system
-from tvm_chiplet.targets.workload import WorkItem, build_workload, replicate_items
+from tvm_chiplet.targets.workload import (
+    WorkItem,
+    build_workload,
+    replicate_items,
+    replicate_loans,
+)
 
 # Two ops whose activations are so large that crossing a link costs more than computing.
 HEAVY_ACTIVATIONS = make_graph([(2e6, 4_000_000, 1000), (2e6, 64, 1000)], [(0, 1)])
@@ -47,6 +52,27 @@ def test_replicate_items_copies_work_onto_mapped_clusters():
     copies = replicate_items(items, [{0: 2, 1: 3}])
     assert [(i.name, i.cluster, list(i.deps)) for i in copies] == [
         ("a", 0, []), ("b", 1, [(0, 4)]), ("a@1", 2, []), ("b@1", 3, [(2, 4)])]
+
+
+def test_every_copy_borrows_from_its_own_lender():
+    # Op 0 streams on cluster 0 and borrows cluster 1's SRAM; the copy runs on 2 and 3.
+    graph = make_graph([(2e6, 64, 3 * 2**20)], [])
+    problem = problem_on(graph, sram_bytes=2**20)
+    placement = Placement("pipeline", (0,), (0,), (0,), sram_loans=((0, 1, 2**19),),
+                          replicas=(((0, 2), (1, 3)),))
+    assert replicate_loans(placement.sram_loans, [{0: 2, 1: 3}]) == [(0, 1, 2**19),
+                                                                      (2, 3, 2**19)]
+    items = placement_items(problem, placement)
+    _, _, _, fetches = build_workload(items, problem.system, problem.topology,
+                                      sram_loans=replicate_loans(placement.sram_loans,
+                                                                 [{0: 2, 1: 3}]))
+    assert {(f["cluster"], f["lender"]) for f in fetches if f["lender"] is not None} == {
+        (0, 1), (2, 3)}
+    sim = simulate_placement(problem, placement, batches=4)
+    alone = simulate_placement(problem, Placement("pipeline", (0,), (0,), (0,),
+                                                  sram_loans=((0, 1, 2**19),)), batches=2)
+    assert sim.inputs == 4
+    assert sim.dram_bytes.sum() == pytest.approx(2 * alone.dram_bytes.sum())
 
 
 def test_two_copies_run_twice_the_inputs_in_the_time_of_one():

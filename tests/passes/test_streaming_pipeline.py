@@ -158,8 +158,12 @@ def test_streaming_dp_counts_free_sram_against_dram_traffic_when_lending():
     assert lent == pytest.approx(alone - 3 * 6.0)
 
 
-def test_placement_with_loans_round_trips_and_refuses_copies():
+def test_placement_with_loans_round_trips_and_copies_must_map_the_lenders():
     placement = Placement("pipeline", (0, 1), (0, 1), (0, 1), sram_loans=((1, 2, 4096),))
     assert Placement.from_dict(placement.to_dict()) == placement
-    with pytest.raises(PlanningError, match="cannot also have SRAM loans"):
-        Placement("pipeline", (0,), (0,), (0,), replicas=(((0, 1),),), sram_loans=((0, 2, 8),))
+    assert placement.clusters_used() == [0, 1, 2]
+    copied = Placement("pipeline", (0,), (0,), (0,), replicas=(((0, 2), (1, 3)),),
+                       sram_loans=((0, 1, 8),))
+    assert copied.copies == 2
+    with pytest.raises(PlanningError, match="replica 1 must map each used cluster"):
+        Placement("pipeline", (0,), (0,), (0,), replicas=(((0, 2),),), sram_loans=((0, 1, 8),))
