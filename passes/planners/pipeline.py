@@ -338,23 +338,27 @@ class StreamingVariant:
     ``rate_scale`` (below 1: room left for the activations and loans that share a cluster's
     links); ``exposed``: the share of the shorter of fetch and compute that is not hidden;
     ``lend``: free SRAM holds streamed weights (SRAM loans), and the candidates' weights are
-    placed by :func:`~tvm_chiplet.passes.planners.dram.balance_dram` with lending.
+    placed by :func:`~tvm_chiplet.passes.planners.dram.balance_dram` with lending;
+    ``max_width``: the widest region it tries (None: the planner's ``max_region``).
     """
 
     policy: str
     exposed: float = 0.0
     rate_scale: float = 1.0
     lend: bool = False
+    max_width: int | None = None
 
 
 STREAMING_VARIANTS = (
     StreamingVariant("interleave"),
     StreamingVariant("balanced"),
     StreamingVariant("balanced", exposed=0.5),
-    StreamingVariant("balanced", rate_scale=0.7, lend=True),
+    StreamingVariant("balanced", rate_scale=0.7, lend=True, max_width=1),
 )
 """The streaming DP runs of :class:`PipelinePlanner`. Rates of the ``nearest`` policy never
-produced the winner on ResNet-50 or BERT-base (mesh-4x4, simba-6x6), so they are not tried."""
+produced the winner on ResNet-50 or BERT-base (mesh-4x4, simba-6x6), so they are not tried;
+the lending variant keeps to one-cluster stages (its regions never won on those cases
+either, and every width costs a DP run per cluster order)."""
 
 
 class PipelinePlanner:
@@ -497,7 +501,8 @@ class PipelinePlanner:
             rate = stream_rates(problem, variant.policy)
             orders = [self._allowed(o) for o in candidate_orders(problem, rate)]
             scaled = {c: r * variant.rate_scale for c, r in rate.items()}
-            for cand_order, width in itertools.product(orders, widths):
+            allowed = [w for w in widths if variant.max_width is None or w <= variant.max_width]
+            for cand_order, width in itertools.product(orders, allowed):
                 runs.append((problem, cand_order, boundary(cand_order), scaled, variant, width))
         # numpy releases the GIL in the DP's array work: the runs share the cores.
         with concurrent.futures.ThreadPoolExecutor(_usable_cores()) as pool:
