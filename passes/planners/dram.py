@@ -32,7 +32,7 @@ import pulp
 
 from tvm_chiplet.passes.planners.base import PlanningProblem
 from tvm_chiplet.passes.planners.evaluate import placement_items
-from tvm_chiplet.passes.planners.placement import Placement
+from tvm_chiplet.passes.planners.placement import WEIGHT_DIMS, Placement
 from tvm_chiplet.targets.workload import build_workload, streamed_bytes
 
 
@@ -54,8 +54,18 @@ def balance_dram(problem: PlanningProblem, placement: Placement, lend: bool = Fa
         if nbytes:
             streamed[item.cluster] = streamed.get(item.cluster, 0.0) + nbytes
     lend = lend and not placement.replicas
-    spare = {c.id: c.sram_bytes - weights[c.id] for c in system.clusters
-             if lend and c.id not in streamed and c.sram_bytes > weights[c.id]
+    # Split parts are realised as whole slices, up to one slice off the planner's equal share:
+    # loans leave that much room on both sides, so they stay valid on the compiled module.
+    rounding = [0.0] * system.num_clusters
+    for split in placement.splits:
+        if split.dim in WEIGHT_DIMS:
+            op = problem.graph.ops[split.op_id]
+            size = problem.split_dims.get(split.op_id, {}).get(split.dim, split.parts)
+            for c in split.clusters:
+                rounding[c] += op.weight_bytes / size
+    spare = {c.id: c.sram_bytes - weights[c.id] - rounding[c.id] for c in system.clusters
+             if lend and c.id not in streamed
+             and c.sram_bytes > weights[c.id] + rounding[c.id]
              and (lenders is None or c.id in lenders)}
     if not streamed or (len(system.drams) < 2 and not spare):
         return placement
@@ -79,6 +89,9 @@ def balance_dram(problem: PlanningProblem, placement: Placement, lend: bool = Fa
     for c in sorted(streamed):
         lp += (pulp.lpSum(share[c, d.id] for d in system.drams)
                + pulp.lpSum(loan[c, k] for k in sorted(spare)) == 1), f"all_bytes_{c}"
+        if spare:
+            lp += (pulp.lpSum(loan[c, k] for k in sorted(spare))
+                   <= max(0.0, 1.0 - rounding[c] / streamed[c])), f"borrowed_{c}"
         for d in system.drams:
             for link in topology.route(d.node, c):
                 on_link.setdefault(link, []).append(streamed[c] / scale * share[c, d.id])

@@ -90,9 +90,20 @@ def test_auto_keeps_the_best_candidate_and_records_the_comparison(resnet18_probl
     table = placement.notes["auto"]["candidates"]
     assert [row["strategy"] for row in table] == ["single", "pipeline", "refusing"]
     assert table[2]["skipped"] == "cannot apply here"
-    best = max(table[:2], key=lambda row: row["throughput_per_cycle"])
+    best = min(table[:2], key=lambda row: row["cycles"])  # time of the 16 inputs
     assert placement.strategy == f"auto:{best['strategy']}"
+    assert placement.notes["auto"]["objective"] == "time"
     assert len(lines) == 2
+
+
+def test_auto_throughput_objective_compares_steady_state_rates(resnet18_problem):
+    _, problem = resnet18_problem
+    placement = AutoPlanner(["single", "pipeline"], objective="throughput",
+                            batches=16).plan(problem)
+    table = placement.notes["auto"]["candidates"]
+    best = max(table, key=lambda row: row["throughput_per_cycle"])
+    assert placement.strategy == f"auto:{best['strategy']}"
+    assert placement.notes["auto"]["batches"] == 16
 
 
 def test_auto_latency_objective_simulates_one_batch(resnet18_problem):

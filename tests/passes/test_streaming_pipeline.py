@@ -16,7 +16,7 @@ from tvm_chiplet.passes.planners.pipeline import (
     min_streaming_partition,
     stream_rates,
 )
-from tvm_chiplet.passes.planners.placement import Placement, PlanningError
+from tvm_chiplet.passes.planners.placement import OpSplit, Placement, PlanningError
 from tvm_chiplet.targets.topology import Topology, mesh_system
 
 
@@ -167,3 +167,18 @@ def test_placement_with_loans_round_trips_and_copies_must_map_the_lenders():
     assert copied.copies == 2
     with pytest.raises(PlanningError, match="replica 1 must map each used cluster"):
         Placement("pipeline", (0,), (0,), (0,), replicas=(((0, 2),),), sram_loans=((0, 1, 8),))
+
+
+def test_loans_leave_room_for_split_parts_rounded_up_to_whole_slices():
+    # Op 0 (0.6 MB of weights, 3 output channels) is split over clusters 1 and 2: the planner
+    # counts 0.3 MB each, the compiled parts hold 2 and 1 channels (0.4 MB and 0.2 MB).
+    graph = make_graph([(4e6, 4000, 600_000), (8e6, 3000, 3_000_000)], [(0, 1)])
+    system = mesh_system(1, 3, bandwidth=32.0, sram_bytes=1_000_000, dram_bandwidth=16.0,
+                         dram_at=((0, 0),))
+    problem = PlanningProblem(graph, system, Topology(system), {0: {"out_channels": 3}})
+    placement = Placement("manual", (1, 0), (0, 1), (1, 0),
+                          splits=(OpSplit(0, "out_channels", (1, 2)),))
+    lent = balance_dram(problem, placement, lend=True)
+    by_lender = {k: sum(n for _, lender, n in lent.sram_loans if lender == k) for k in (1, 2)}
+    assert by_lender[1] and by_lender[2]
+    assert all(by_lender[k] + 400_000 <= 1_000_000 for k in (1, 2))
