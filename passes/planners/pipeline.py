@@ -507,9 +507,9 @@ class PipelinePlanner:
         # numpy releases the GIL in the DP's array work: the runs share the cores.
         with concurrent.futures.ThreadPoolExecutor(_usable_cores()) as pool:
             found = list(pool.map(lambda run: self._streaming(*run), runs))
-        for cand, run in zip(found, runs, strict=True):
+        for cand, (*_, variant, _width) in zip(found, runs, strict=True):
             if cand is not None:
-                candidates += [cand, balance_dram(problem, cand, lend=run[4].lend,
+                candidates += [cand, balance_dram(problem, cand, lend=variant.lend,
                                                   lenders=self.clusters)]
         with concurrent.futures.ThreadPoolExecutor(_usable_cores()) as pool:
             simulated = list(pool.map(
