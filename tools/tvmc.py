@@ -26,6 +26,7 @@ def _target_options(args: argparse.Namespace) -> dict[str, str]:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
+    from tvm_chiplet.runtime.profile import bytes_label
     from tvm_chiplet.targets.lower import build
     from tvm_chiplet.targets.target import parse_target
     from tvm_chiplet.tools.frontends import parse_input_shapes
@@ -47,10 +48,18 @@ def cmd_compile(args: argparse.Namespace) -> int:
         f"{len(plan['clusters_used'])} clusters{replicated}, {len(plan['transfers'])} "
         f"transfers -> {args.output}"
     )
-    for row in plan.get("placement", {}).get("notes", {}).get("auto", {}).get("candidates", []):
+    fetches = plan.get("dram_fetches", [])
+    if fetches:
+        from_dram = sum(f["bytes"] for f in fetches if f.get("dram") is not None) / copies
+        lent = sum(f["bytes"] for f in fetches if f.get("dram") is None) / copies
+        print(f"  weights streamed per input: {bytes_label(from_dram)} from DRAM"
+              + (f", {bytes_label(lent)} from other clusters' SRAM (loans)" if lent else ""))
+    auto = plan.get("placement", {}).get("notes", {}).get("auto", {})
+    for row in auto.get("candidates", []):
         print(f"  candidate {row['strategy']}: " + (
             f"skipped ({row['skipped']})" if "skipped" in row else
-            f"{row['throughput_per_cycle'] * target.system.frequency_hz:.1f} inf/s"))
+            f"{row['cycles']:.0f} cycles for {auto['batches']} input(s), "
+            f"{row['throughput_per_cycle'] * target.system.frequency_hz:.1f} inf/s steady"))
     for row in plan["estimate"]:
         inputs = row.get("inputs_simulated", row["batches"])
         print(

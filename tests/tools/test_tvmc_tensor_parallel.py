@@ -68,7 +68,8 @@ def test_spare_sram_holds_streamed_weights_end_to_end(tmp_path, capsys):
     lent = [f for f in plan["dram_fetches"] if f["lender"] is not None]
     assert {f["lender"] for f in lent} == {lender for _, lender, _ in loans}
     assert all(f["dram"] is None and f["route"] for f in lent)
-    capsys.readouterr()
+    compiled = capsys.readouterr().out
+    assert "from DRAM, " in compiled and "from other clusters' SRAM (loans)" in compiled
     assert main(["run", str(tmp_path / "m.tar"), "--print-time", "--batches", "4"]) == 0
     assert "sram loans: " in capsys.readouterr().out
 
@@ -77,3 +78,18 @@ def test_modular_matches_onnxruntime(tmp_path):
     plan = compile_run_and_compare(tmp_path, models.get_model("small-cnn"), "chiplet/mesh-4x4",
                                    "modular")
     assert plan["strategy"] == "modular"
+
+
+def test_auto_keeps_the_fastest_candidate_and_prints_the_comparison(tmp_path, capsys):
+    config = tmp_path / "tiny.toml"
+    config.write_text(TINY_SRAM)
+    plan = compile_run_and_compare(tmp_path, models.get_model("small-cnn"),
+                                   f"chiplet -config={config}", "auto")
+    out = capsys.readouterr().out
+    rows = plan["placement"]["notes"]["auto"]["candidates"]
+    assert len(rows) >= 3
+    fastest = min((row for row in rows if "cycles" in row), key=lambda row: row["cycles"])
+    assert plan["strategy"] == f"auto:{fastest['strategy']}"
+    for row in rows:
+        shown = "skipped" if "skipped" in row else f"{row['cycles']:.0f} cycles for 64 input(s)"
+        assert f"candidate {row['strategy']}: {shown}" in out
