@@ -145,6 +145,17 @@ def controller_shares(system: ChipletSystem, topology: Topology, cluster: int,
     return [(d.id, d.bandwidth / total) for d in system.drams]
 
 
+def cluster_totals(items: Sequence[WorkItem], system: ChipletSystem,
+                   streamed: Sequence[int]) -> tuple[list[float], list[int]]:
+    """Per cluster: the weight bytes its items hold, and the bytes they stream per batch
+    (``streamed`` as :func:`streamed_bytes` gives it)."""
+    weights, streams = [0.0] * system.num_clusters, [0] * system.num_clusters
+    for item, nbytes in zip(items, streamed, strict=True):
+        weights[item.cluster] += item.weight_bytes
+        streams[item.cluster] += nbytes
+    return weights, streams
+
+
 def check_loans(items: Sequence[WorkItem], system: ChipletSystem,
                 loans: Sequence[tuple[int, int, int]]) -> dict[int, list[tuple[int, int]]]:
     """``{borrower: [(lender, bytes), ...]}`` of valid SRAM loans (module docstring).
@@ -157,12 +168,7 @@ def check_loans(items: Sequence[WorkItem], system: ChipletSystem,
     """
     if not loans:
         return {}
-    weights = [0] * system.num_clusters
-    for item in items:
-        weights[item.cluster] += item.weight_bytes
-    streams = [0] * system.num_clusters
-    for item, nbytes in zip(items, streamed_bytes(items, system), strict=True):
-        streams[item.cluster] += nbytes
+    weights, streams = cluster_totals(items, system, streamed_bytes(items, system))
     by_borrower: dict[int, list[tuple[int, int]]] = {}
     lent = [0] * system.num_clusters
     for borrower, lender, nbytes in loans:
@@ -213,9 +219,7 @@ def build_workload(
     topology = topology or Topology(system)
     streamed = streamed_bytes(items, system)
     loans = check_loans(items, system, sram_loans)
-    stream_total = [0] * system.num_clusters
-    for item, nbytes in zip(items, streamed, strict=True):
-        stream_total[item.cluster] += nbytes
+    _, stream_total = cluster_totals(items, system, streamed)
     resident = [True] * system.num_clusters
     tasks, messages, fetches = [], [], []
     streamed_on: dict[int, list[int]] = {}

@@ -33,7 +33,7 @@ import pulp
 from tvm_chiplet.passes.planners.base import PlanningProblem
 from tvm_chiplet.passes.planners.evaluate import placement_items
 from tvm_chiplet.passes.planners.placement import WEIGHT_DIMS, Placement
-from tvm_chiplet.targets.workload import build_workload, streamed_bytes
+from tvm_chiplet.targets.workload import build_workload, cluster_totals, streamed_bytes
 
 
 def balance_dram(problem: PlanningProblem, placement: Placement, lend: bool = False,
@@ -42,17 +42,13 @@ def balance_dram(problem: PlanningProblem, placement: Placement, lend: bool = Fa
     every cluster) that minimise the busiest controller or link.
 
     Returns the placement unchanged when nothing streams, there is one controller and nothing
-    to lend, the placement has copies (lending is refused with copies), or pulp's bundled CBC
-    cannot run.
+    to lend, or pulp's bundled CBC cannot run. A placement with copies gets no loans here (the
+    LP sees one copy's traffic); plan its tile alone and map the loans with the copies.
     """
     system, topology = problem.system, problem.topology
     items = placement_items(problem, placement)
-    streamed: dict[int, float] = {}
-    weights = [0.0] * system.num_clusters
-    for item, nbytes in zip(items, streamed_bytes(items, system), strict=True):
-        weights[item.cluster] += item.weight_bytes
-        if nbytes:
-            streamed[item.cluster] = streamed.get(item.cluster, 0.0) + nbytes
+    weights, streams = cluster_totals(items, system, streamed_bytes(items, system))
+    streamed = {c: float(nbytes) for c, nbytes in enumerate(streams) if nbytes}
     lend = lend and not placement.replicas
     # Split parts are realised as whole slices, up to one slice off the planner's equal share:
     # loans leave that much room on both sides, so they stay valid on the compiled module.

@@ -52,7 +52,7 @@ def placement_items(problem: PlanningProblem, placement: Placement) -> list[Work
             ))
         else:
             producers[op.op_id] = reads
-    return replicate_items(items, [dict(mapping) for mapping in placement.replicas])
+    return replicate_items(items, placement.copy_maps)
 
 
 def _split_items(items: list[WorkItem], op, split: OpSplit, deps: list[tuple[int, int]],
@@ -83,10 +83,8 @@ def simulate_placement(
 ) -> SimResult:
     """Simulate ``placement`` with the shared cost model and the C++ device simulator."""
     items = placement_items(problem, placement)
-    loans = replicate_loans(placement.sram_loans,
-                            [dict(mapping) for mapping in placement.replicas])
-    tasks, messages, _, fetches = build_workload(items, problem.system, problem.topology,
-                                                 placement.dram_policy, placement.dram_shares,
-                                                 loans)
+    tasks, messages, _, fetches = build_workload(
+        items, problem.system, problem.topology, placement.dram_policy, placement.dram_shares,
+        replicate_loans(placement.sram_loans, placement.copy_maps))
     return simulate_workload(tasks, messages, problem.system, batches, network, fetches=fetches,
                              copies=placement.copies)

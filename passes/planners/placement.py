@@ -147,6 +147,11 @@ class Placement:
         """How many copies of the placement run inputs side by side (1 without replicas)."""
         return 1 + len(self.replicas)
 
+    @property
+    def copy_maps(self) -> list[dict[int, int]]:
+        """The cluster map of each extra copy (``replicas`` as dicts)."""
+        return [dict(mapping) for mapping in self.replicas]
+
     def clusters_used(self) -> list[int]:
         """The clusters the placement's ops and split parts run on, and the clusters lending
         them SRAM (one copy), sorted."""
