@@ -1,11 +1,12 @@
 """IR passes of tvm-chiplet; each can be dropped into a ``tvm.transform.Sequential``."""
 
 from tvm_chiplet.passes.annotate_placement import AnnotatePlacement
-from tvm_chiplet.passes.assign_placement import AssignPlacement
-from tvm_chiplet.passes.assign_split_placement import AssignSplitPlacement
 from tvm_chiplet.passes.fold_constant_calls import FoldConstantCalls
+from tvm_chiplet.passes.keep_quantized_weights import KeepQuantizedWeights
 from tvm_chiplet.passes.partition_by_cluster import PartitionByCluster
 from tvm_chiplet.passes.pipeline import PIPELINES, get_pipeline
+from tvm_chiplet.passes.plan_placement import PlanPlacement
+from tvm_chiplet.passes.plan_split_placement import PlanSplitPlacement
 from tvm_chiplet.passes.reduce_graph import ReduceGraph
 from tvm_chiplet.passes.replicate_data_parallel import ReplicateDataParallel
 from tvm_chiplet.passes.split_operators import SplitOperators
@@ -13,10 +14,11 @@ from tvm_chiplet.passes.split_operators import SplitOperators
 __all__ = [
     "PIPELINES",
     "AnnotatePlacement",
-    "AssignPlacement",
-    "AssignSplitPlacement",
     "FoldConstantCalls",
+    "KeepQuantizedWeights",
     "PartitionByCluster",
+    "PlanPlacement",
+    "PlanSplitPlacement",
     "ReduceGraph",
     "ReplicateDataParallel",
     "SplitOperators",

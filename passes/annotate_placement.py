@@ -7,13 +7,15 @@ import json
 import tvm
 from tvm import relax
 
-from tvm_chiplet.passes.analysis.op_graph import CALL_TIR, main_bindings
+from tvm_chiplet.passes.analysis.extract_op_graph import main_bindings
+from tvm_chiplet.passes.attrs import (
+    ATTR_CLUSTER,
+    ATTR_OP_ID,
+    ATTR_PLACEMENT,
+    ATTR_STAGE,
+    CALL_TIR,
+)
 from tvm_chiplet.passes.planners.placement import Placement, PlanningError
-
-ATTR_CLUSTER = "chiplet.cluster"
-ATTR_STAGE = "chiplet.stage"
-ATTR_OP_ID = "chiplet.op_id"
-ATTR_PLACEMENT = "chiplet.placement"  # module attr: JSON of strategy, objective and notes
 
 
 @tvm.transform.module_pass(opt_level=0, name="AnnotatePlacement")
@@ -86,12 +88,3 @@ class AnnotatePlacement:
         }
         return out.with_attr(ATTR_PLACEMENT, json.dumps(summary, sort_keys=True, default=str))
 
-
-def call_placement(value: relax.Expr) -> tuple[int, int, int] | None:
-    """``(cluster, stage, op_id)`` written by AnnotatePlacement on a call, or None."""
-    if not isinstance(value, relax.Call) or value.attrs is None:
-        return None
-    attrs = value.attrs
-    if not isinstance(attrs, tvm.ir.DictAttrs) or ATTR_CLUSTER not in attrs:
-        return None
-    return int(attrs[ATTR_CLUSTER]), int(attrs[ATTR_STAGE]), int(attrs[ATTR_OP_ID])

@@ -6,7 +6,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-CALL_TIR = tvm.ir.Op.get("relax.call_tir")
+from tvm_chiplet.passes.attrs import CALL_TIR
 
 
 @tvm.transform.module_pass(opt_level=0, name="FoldConstantCalls")

@@ -6,11 +6,8 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from tvm_chiplet.passes.analysis.op_graph import AnalysisError, main_bindings
-from tvm_chiplet.passes.annotate_placement import call_placement
-
-ATTR_SEGMENT = "chiplet.segment"
-ATTR_SEGMENT_CLUSTER = "chiplet.cluster"
+from tvm_chiplet.passes.analysis.extract_op_graph import AnalysisError, main_bindings
+from tvm_chiplet.passes.attrs import ATTR_CLUSTER, ATTR_SEGMENT, call_placement
 
 
 @mutator
@@ -131,7 +128,7 @@ class _Partitioner:
     def _emit_segment(self, builder, k, lo, hi, inputs, outputs) -> tvm.ir.GlobalVar:
         params = [relax.Var(v.name, v.ty) for v in inputs]
         mapping = dict(zip(inputs, params, strict=True))
-        attrs = {ATTR_SEGMENT_CLUSTER: self.clusters[lo], ATTR_SEGMENT: k}
+        attrs = {ATTR_CLUSTER: self.clusters[lo], ATTR_SEGMENT: k}
         output_set = set(outputs)
         with builder.function(self.names[k], params, attrs=attrs):
             with builder.dataflow():

@@ -6,10 +6,11 @@ from collections.abc import Callable
 
 import tvm
 
-from tvm_chiplet.passes.assign_placement import AssignPlacement
-from tvm_chiplet.passes.assign_split_placement import AssignSplitPlacement
 from tvm_chiplet.passes.partition_by_cluster import PartitionByCluster
+from tvm_chiplet.passes.plan_placement import PlanPlacement
+from tvm_chiplet.passes.plan_split_placement import PlanSplitPlacement
 from tvm_chiplet.passes.planners import DataParallelPlanner, Planner
+from tvm_chiplet.passes.planners.base import WorkloadSimulator
 from tvm_chiplet.passes.reduce_graph import ReduceGraph
 from tvm_chiplet.passes.replicate_data_parallel import ReplicateDataParallel
 from tvm_chiplet.targets.system import ChipletSystem
@@ -17,21 +18,21 @@ from tvm_chiplet.targets.system import ChipletSystem
 
 def _chiplet_default(
     system: ChipletSystem, target: str | tvm.target.Target = "llvm",
-    strategy: str | Planner = "pipeline",
+    strategy: str | Planner = "pipeline", simulator: WorkloadSimulator | None = None,
 ) -> tvm.transform.Pass:
     if strategy == DataParallelPlanner.name:
         passes = [ReplicateDataParallel(max_replicas=system.num_clusters), ReduceGraph(target),
-                  AssignPlacement(system, strategy)]
+                  PlanPlacement(system, strategy, simulator)]
     else:
-        passes = [AssignSplitPlacement(system, strategy, target)]
+        passes = [PlanSplitPlacement(system, strategy, target, simulator)]
     return tvm.transform.Sequential([*passes, PartitionByCluster()], name="chiplet-default")
 
 
 def _chiplet_reduce(
     system: ChipletSystem, target: str | tvm.target.Target = "llvm",
-    strategy: str | Planner = "pipeline",
+    strategy: str | Planner = "pipeline", simulator: WorkloadSimulator | None = None,
 ) -> tvm.transform.Pass:
-    del system, strategy
+    del system, strategy, simulator
     return tvm.transform.Sequential([ReduceGraph(target)], name="chiplet-reduce")
 
 
@@ -44,9 +45,9 @@ PIPELINES: dict[str, Callable[..., tvm.transform.Pass]] = {
 def get_pipeline(name: str = "chiplet-default", **options) -> tvm.transform.Pass:
     """The pass pipeline registered as ``name``.
 
-    ``chiplet-default``: AssignSplitPlacement (ReduceGraph, plan, and for strategies that split
-    ops SplitOperators and ReduceGraph again) -> PartitionByCluster; for the ``data-parallel``
-    strategy ReplicateDataParallel -> ReduceGraph -> AssignPlacement -> PartitionByCluster.
+    ``chiplet-default``: PlanSplitPlacement (ReduceGraph, plan, and for strategies that split
+    ops DistributeTensors and ReduceGraph again) -> PartitionByCluster; for the ``data-parallel``
+    strategy ReplicateDataParallel -> ReduceGraph -> PlanPlacement -> PartitionByCluster.
     ``chiplet-reduce``: ReduceGraph only (what the plain fused TVM build sees).
 
     Parameters
@@ -54,7 +55,9 @@ def get_pipeline(name: str = "chiplet-default", **options) -> tvm.transform.Pass
     name : str
         A registered pipeline name.
     **options
-        ``system`` (ChipletSystem, required), ``target`` and ``strategy``.
+        ``system`` (ChipletSystem, required), ``target``, ``strategy`` and ``simulator`` (the
+        device simulator that judges the planner's candidates, e.g.
+        :func:`tvm_chiplet.runtime.device.simulate_workload`).
     """
     if name not in PIPELINES:
         raise ValueError(f"unknown pipeline {name!r}; valid pipelines: {', '.join(PIPELINES)}")

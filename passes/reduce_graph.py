@@ -6,6 +6,7 @@ import tvm
 from tvm import relax
 
 from tvm_chiplet.passes.fold_constant_calls import FoldConstantCalls
+from tvm_chiplet.passes.keep_quantized_weights import KeepQuantizedWeights
 
 
 @tvm.transform.module_pass(opt_level=0, name="ReduceGraph")
@@ -17,7 +18,9 @@ class ReduceGraph:
     with :class:`FoldConstantCalls` before ``FoldConstant`` (same result, each PrimFunc built
     once instead of once per call).
     Constants are folded before anything is partitioned, so weight-only computations (e.g. a
-    transposed weight) do not become values that cross clusters.
+    transposed weight) do not become values that cross clusters. The integer weights of a
+    quantized model stay integers, decoded inside the kernel reading them
+    (:class:`KeepQuantizedWeights` runs the steps before dead code elimination).
 
     Parameters
     ----------
@@ -36,7 +39,7 @@ class ReduceGraph:
         self.fuse = fuse
 
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        passes = [
+        lowering = [
             relax.transform.DecomposeOpsForInference(),
             relax.transform.LegalizeOps(),
             relax.transform.AnnotateTIROpPattern(),
@@ -44,7 +47,10 @@ class ReduceGraph:
             relax.transform.FoldConstant(),
         ]
         if self.fuse:
-            passes += [relax.transform.FuseOps(), relax.transform.FuseTIR()]
-        passes.append(relax.transform.DeadCodeElimination(["main"]))
+            lowering += [relax.transform.FuseOps(), relax.transform.FuseTIR()]
+        passes = [
+            KeepQuantizedWeights(tvm.transform.Sequential(lowering), fuse_decode=self.fuse),
+            relax.transform.DeadCodeElimination(["main"]),
+        ]
         with self.target:
             return tvm.transform.Sequential(passes)(mod)

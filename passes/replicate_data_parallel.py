@@ -6,10 +6,10 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from tvm_chiplet.passes.attrs import CALL_TIR
 from tvm_chiplet.passes.planners.placement import PlanningError
 
 RESHAPE = tvm.ir.Op.get("relax.reshape")
-CALL_TIR = tvm.ir.Op.get("relax.call_tir")
 
 
 def replica_batches(batch: int, replicas: int) -> list[int]:

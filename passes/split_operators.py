@@ -51,7 +51,7 @@ class AnchorSplit:
     parts: int
 
 
-def _static_shape(expr: relax.Expr) -> list[int | None] | None:
+def static_shape(expr: relax.Expr) -> list[int | None] | None:
     """Dimensions of a tensor-typed expression (``None`` where symbolic), or ``None`` if unknown."""
     ty = expr.ty
     shape = getattr(ty, "shape", None)
@@ -63,7 +63,7 @@ def _static_shape(expr: relax.Expr) -> list[int | None] | None:
 def _conv2d_dims(call: relax.Call) -> dict[str, int]:
     attrs = call.attrs
     layouts = (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout))
-    data, weight, out = (_static_shape(e) for e in (*call.args, call))
+    data, weight, out = (static_shape(e) for e in (*call.args, call))
     if layouts != ("NCHW", "OIHW", "NCHW") or None in (data, weight, out):
         return {}
     groups = int(attrs.groups)
@@ -77,7 +77,7 @@ def _conv2d_dims(call: relax.Call) -> dict[str, int]:
     return {dim: size for dim, size in sizes.items() if size is not None}
 
 
-def _matmul_batch_operands(a: list, b: list, out: list) -> list[int] | None:
+def matmul_batch_operands(a: list, b: list, out: list) -> list[int] | None:
     """Operands (0 = a, 1 = b) whose axis 0 is the output's axis 0 and is split with it.
 
     An operand of lower rank, or whose axis 0 has size 1 against a larger output batch, is
@@ -93,11 +93,11 @@ def _matmul_batch_operands(a: list, b: list, out: list) -> list[int] | None:
 
 
 def _matmul_dims(call: relax.Call) -> dict[str, int]:
-    a, b, out = (_static_shape(e) for e in (*call.args, call))
+    a, b, out = (static_shape(e) for e in (*call.args, call))
     if None in (a, b, out):
         return {}
     sizes = {
-        "batch": out[0] if _matmul_batch_operands(a, b, out) is not None else None,
+        "batch": out[0] if matmul_batch_operands(a, b, out) is not None else None,
         "rows": a[-2] if len(a) >= 2 else None,
         "cols": b[-1] if len(b) >= 2 else None,
         "reduction": a[-1] if b[max(len(b) - 2, 0)] is not None else None,
@@ -105,7 +105,7 @@ def _matmul_dims(call: relax.Call) -> dict[str, int]:
     return {dim: size for dim, size in sizes.items() if size is not None}
 
 
-def _anchor_bindings(mod: tvm.IRModule) -> list[tuple[relax.VarBinding, AnchorInfo]]:
+def anchor_bindings(mod: tvm.IRModule) -> list[tuple[relax.VarBinding, AnchorInfo]]:
     names = [gv.name_hint for gv in mod.get_global_vars()]
     if "main" not in names:
         raise PlanningError(f"SplitOperators needs a 'main' function, the module has {names}")
@@ -123,7 +123,7 @@ def _anchor_bindings(mod: tvm.IRModule) -> list[tuple[relax.VarBinding, AnchorIn
                 op, dims = "matmul", _matmul_dims(call)
             else:
                 continue
-            out = _static_shape(call) or []
+            out = static_shape(call) or []
             shape = tuple(-1 if d is None else d for d in out)
             found.append((binding, AnchorInfo(len(found), op, dims, shape)))
     return found
@@ -143,10 +143,10 @@ def find_anchors(mod: tvm.IRModule) -> list[AnchorInfo]:
         One per ``relax.nn.conv2d`` / ``relax.matmul`` binding of ``main``'s dataflow blocks, in
         binding order; ``AnchorInfo.index`` is the number an ``AnchorSplit`` refers to.
     """
-    return [info for _, info in _anchor_bindings(mod)]
+    return [info for _, info in anchor_bindings(mod)]
 
 
-def _check_split(split: AnchorSplit, anchors: list[AnchorInfo]) -> None:
+def check_split(split: AnchorSplit, anchors: list[AnchorInfo]) -> None:
     if not 0 <= split.anchor < len(anchors):
         numbered = f", numbered 0..{len(anchors) - 1}" if anchors else ""
         raise PlanningError(
@@ -168,7 +168,7 @@ def _check_split(split: AnchorSplit, anchors: list[AnchorInfo]) -> None:
         )
 
 
-def _bounds(size: int, parts: int) -> list[tuple[int, int]]:
+def even_bounds(size: int, parts: int) -> list[tuple[int, int]]:
     """``[begin, end)`` of each part: sizes as equal as possible, larger ones first."""
     bounds, begin = [], 0
     for part in replica_batches(size, parts):
@@ -226,7 +226,9 @@ class _Splitter(PyExprMutator):
         return self.builder_.emit(padded, name)
 
 
-def _conv2d(call: relax.Call, data: relax.Expr, weight: relax.Expr, **changes) -> relax.Expr:
+def conv2d_like(call: relax.Call, data: relax.Expr, weight: relax.Expr, **changes) -> relax.Expr:
+    """The conv2d ``call`` on ``data`` and ``weight`` (a part's slices), with its attributes
+    but those in ``changes`` (e.g. ``padding``, ``groups``)."""
     attrs = call.attrs
     options = {
         "strides": [int(s) for s in attrs.strides],
@@ -269,11 +271,11 @@ def _conv2d_parts(splitter: _Splitter, call: relax.Call, dim: str,
             part_weight = splitter.slice_axis(weight, 0, (begin, end), f"{name}_weight{i}")
         else:
             # Output rows [begin, end) read the input rows under them plus the kernel's halo.
-            extent = (_static_shape(weight)[2] - 1) * dilation + 1
+            extent = (static_shape(weight)[2] - 1) * dilation + 1
             rows = (begin * stride, (end - 1) * stride + extent)
             part_data = splitter.slice_axis(data, 2, rows, f"{name}_data{i}")
             changes = {"padding": [0, left, 0, right]}
-        part = _conv2d(call, part_data, part_weight, **changes)
+        part = conv2d_like(call, part_data, part_weight, **changes)
         parts.append(splitter.builder_.emit(part, f"{name}_part{i}"))
     return parts, {"batch": 0, "out_channels": 1, "in_channels": 1, "rows": 2}[dim]
 
@@ -282,10 +284,10 @@ def _matmul_parts(splitter: _Splitter, call: relax.Call, dim: str,
                   bounds: list[tuple[int, int]], name: str) -> tuple[list[relax.Var], int]:
     """The matmul of each part, and the output axis they are concatenated along."""
     operands = list(call.args)
-    a, b, out = (_static_shape(e) for e in (*operands, call))
+    a, b, out = (static_shape(e) for e in (*operands, call))
     # The axis of each operand that is sliced (None: passed whole) and the output's axis.
     if dim == "batch":
-        sliced = _matmul_batch_operands(a, b, out)
+        sliced = matmul_batch_operands(a, b, out)
         axes = [0 if i in sliced else None for i in range(2)]
         out_axis = 0
     elif dim == "rows":
@@ -370,12 +372,12 @@ class SplitOperators:
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         if not self.splits:
             return mod
-        anchors = _anchor_bindings(mod)
+        anchors = anchor_bindings(mod)
         infos = [info for _, info in anchors]
         for split in self.splits:
-            _check_split(split, infos)
+            check_split(split, infos)
         plan = {
-            anchors[s.anchor][0].var: (s.dim, _bounds(infos[s.anchor].dims[s.dim], s.parts))
+            anchors[s.anchor][0].var: (s.dim, even_bounds(infos[s.anchor].dims[s.dim], s.parts))
             for s in self.splits
             if s.parts > 1
         }

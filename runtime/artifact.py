@@ -17,7 +17,6 @@ from tvm import relax
 
 from tvm_chiplet.runtime.files import atomic_write
 from tvm_chiplet.targets.system import ChipletSystem
-from tvm_chiplet.tools.frontends import InputSpec
 
 FORMAT_VERSION = 1
 MEMBERS = ("lib.so", "plan.json", "system.json")
@@ -45,6 +44,18 @@ def _versions() -> dict[str, str]:
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """Name, static shape and dtype of one model input, as the artifact records it."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
 
 
 @dataclass

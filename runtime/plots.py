@@ -1,4 +1,5 @@
-"""PNG plots of a simulated run: a Gantt chart per cluster and a link-load map of the system.
+"""PNG plots of a simulated run: a Gantt chart per cluster, a link-load map of the system, and
+the energy per inference by term and by cluster.
 
 The figures are built on :class:`matplotlib.figure.Figure` with the non-interactive Agg canvas:
 nothing touches pyplot's global figure registry or needs a display, so the functions are safe to
@@ -9,7 +10,7 @@ Example
 >>> module = tvm_chiplet.build(model, target="chiplet/quad-2x2")  # doctest: +SKIP
 >>> sim = simulate_plan(module.plan, module.system, batches=2)  # doctest: +SKIP
 >>> write_report(module.plan, module.system, sim, "report")  # doctest: +SKIP
-['report/gantt.png', 'report/link_load.png']
+['report/gantt.png', 'report/link_load.png', 'report/energy.png']
 """
 
 from __future__ import annotations
@@ -26,12 +27,14 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
 
+from tvm_chiplet.runtime.device import ENERGY_TERMS
 from tvm_chiplet.runtime.files import atomic_write
-from tvm_chiplet.runtime.profile import bytes_label, run_label
+from tvm_chiplet.runtime.profile import bytes_label, energy_label, run_label
 from tvm_chiplet.targets.system import ChipletSystem
 
 GANTT_FILE = "gantt.png"
 LINK_LOAD_FILE = "link_load.png"
+ENERGY_FILE = "energy.png"
 
 _DPI = 110
 _LINK_CMAP = "plasma"
@@ -104,6 +107,28 @@ def link_load_figure(system: ChipletSystem, sim: Any) -> Figure:
     return fig
 
 
+def energy_figure(plan: dict, system: ChipletSystem, sim: Any) -> Figure:
+    """Energy per inference of a simulated run: a bar per term (:data:`ENERGY_TERMS`), and the
+    compute + SRAM energy of each used cluster."""
+    energy = sim.energy
+    fig = Figure(figsize=(11.0, 4.0), dpi=_DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    terms_ax, clusters_ax = fig.subplots(1, 2, width_ratios=[1.0, 2.0])
+    values = [energy.per_inference_pj[term] / 1e6 for term in ENERGY_TERMS]
+    terms_ax.bar(ENERGY_TERMS, values, color=colormaps["tab10"](np.arange(len(values))))
+    terms_ax.set_ylabel("uJ per inference")
+    terms_ax.set_title(f"total {energy_label(energy.total_pj)} per inference")
+    used = sorted(set(plan.get("clusters_used", [])) or range(system.num_clusters))
+    clusters_ax.bar(range(len(used)), [energy.cluster_pj[c] / 1e6 for c in used], color="C0")
+    clusters_ax.set_xticks(range(len(used)),
+                           [system.clusters[c].name for c in used] if len(used) <= 16 else
+                           [str(c) for c in used], rotation=90, fontsize=7)
+    clusters_ax.set_ylabel("uJ per inference (MACs + SRAM)")
+    clusters_ax.set_title("by cluster")
+    fig.suptitle(f"{system.name}: energy at {system.device_dtype}, {_run_label(sim)}")
+    return fig
+
+
 def _run_label(sim: Any) -> str:
     return run_label(int(sim.batches), getattr(sim, "copies", 1))
 
@@ -162,7 +187,8 @@ def link_heatmap(system: ChipletSystem, sim: Any, path: str | os.PathLike) -> st
 def write_report(
     plan: dict, system: ChipletSystem, sim: Any, directory: str | os.PathLike
 ) -> list[str]:
-    """Write ``gantt.png`` and ``link_load.png`` into ``directory`` (created if needed).
+    """Write ``gantt.png``, ``link_load.png`` and, for a system with energy coefficients,
+    ``energy.png`` into ``directory`` (created if needed).
 
     Parameters
     ----------
@@ -189,10 +215,14 @@ def write_report(
             f"report directory {directory!r} cannot be created ({err.strerror or err}); "
             "give a path to a writable folder"
         ) from None
-    return [
+    written = [
         gantt_chart(plan, system, sim, os.path.join(directory, GANTT_FILE)),
         link_heatmap(system, sim, os.path.join(directory, LINK_LOAD_FILE)),
     ]
+    if system.has_energy and getattr(sim, "energy", None) is not None:
+        written.append(_save(energy_figure(plan, system, sim),
+                             os.path.join(directory, ENERGY_FILE)))
+    return written
 
 
 # ---------------------------------------------------------------------- helpers

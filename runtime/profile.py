@@ -2,120 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
-import math
-
 import numpy as np
 
-from tvm_chiplet.runtime.simulator import SimMessage, SimResult, SimTask, simulate
+from tvm_chiplet.runtime.device import DeviceSimResult
+from tvm_chiplet.runtime.simulator import SimResult
 from tvm_chiplet.targets.system import ChipletSystem
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class DeviceSimResult(SimResult):
-    """A :class:`SimResult` for a chiplet system, plus its DRAM controllers' load.
-
-    ``dram_bytes``, ``dram_busy_cycles`` and ``dram_utilisation`` are indexed by controller id.
-    ``copies``: how many copies of one input's work the task graph holds (input-level data
-    parallelism); then each of the ``batches`` rounds runs ``copies`` inputs, ``inputs`` is
-    ``batches * copies`` and ``throughput_per_cycle`` counts inputs, not rounds.
-    """
-
-    dram_bytes: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
-    dram_busy_cycles: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
-    dram_utilisation: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
-    copies: int = 1
-
-    @property
-    def inputs(self) -> int:
-        """Inputs the simulation ran: ``batches`` rounds of ``copies`` inputs."""
-        return int(self.batches) * self.copies
-
-
-def simulate_workload(
-    tasks: list[dict], messages: list[dict], system: ChipletSystem, batches: int = 1,
-    network: str = "flow", progress=None, fetches: list[dict] = (), copies: int = 1,
-) -> DeviceSimResult:
-    """Simulate tasks (``name``, ``cluster``, ``cycles``), routed messages and DRAM fetches.
-
-    With ``copies > 1`` the tasks are that many independent copies of one input's work (see
-    :func:`~tvm_chiplet.targets.workload.replicate_items`): ``batches`` inputs run as
-    ``ceil(batches / copies)`` rounds of every copy, so when ``copies`` does not divide
-    ``batches`` the last round runs a few inputs more than asked for.
-
-    Each DRAM controller becomes a link of its bandwidth in front of the fetch's route (a part
-    lent from another cluster's SRAM, ``dram`` None, takes its route alone), and
-    each streaming cluster gets a DMA engine (a zero-cycle task stream of its own) that runs
-    its fetches one after another (a fetch's parts from several controllers in parallel), so
-    fetches contend for controllers and links like messages do. The
-    result covers the system's clusters, links, tasks and messages only (fetch tasks, engines
-    and controller links are simulated but left out). ``progress(fraction)`` is called as the
-    simulation advances; Ctrl-C stops it cleanly.
-    """
-    if copies < 1:
-        raise ValueError(f"copies must be >= 1, got {copies}")
-    links = sorted(system.links, key=lambda link: link.id)
-    bandwidth = [link.bandwidth for link in links] + [d.bandwidth for d in system.drams]
-    latency = [link.latency for link in links] + [0.0] * len(system.drams)
-    sim_tasks = [SimTask(t["name"], t["cluster"], float(t["cycles"])) for t in tasks]
-    sim_messages = [
-        SimMessage(m["src"], m["dst"], int(m["bytes"]), list(m["route"])) for m in messages
-    ]
-    engines: dict[int, int] = {}
-    landing: dict[int, int] = {}  # task index -> its landing task
-    for fetch in fetches:
-        engine = engines.setdefault(fetch["cluster"], system.num_clusters + len(engines))
-        task = fetch["task"]
-        if task not in landing:
-            # One DMA transfer at a time per cluster: the engine issues a fetch, then waits
-            # for all its parts to land before it issues the next one.
-            issue = len(sim_tasks)
-            sim_tasks.append(SimTask(f"dram:{tasks[task]['name']}", engine, 0.0))
-            sim_tasks.append(SimTask(f"landed:{tasks[task]['name']}", engine, 0.0))
-            landing[task] = issue + 1
-            sim_messages.append(SimMessage(issue + 1, task, 0, []))
-            if fetch["after"] is not None:
-                sim_messages.append(SimMessage(fetch["after"], issue, 0, []))
-        issue = landing[task] - 1
-        # A part from DRAM first crosses its controller; a part lent by another cluster's SRAM
-        # only crosses the network.
-        source = [] if fetch.get("dram") is None else [len(links) + fetch["dram"]]
-        sim_messages.append(
-            SimMessage(issue, landing[task], fetch["bytes"], [*source, *fetch["route"]])
-        )
-    sim = simulate(
-        sim_tasks,
-        sim_messages,
-        link_bandwidth=np.array(bandwidth, dtype=np.float64),
-        link_latency=np.array(latency, dtype=np.float64),
-        num_clusters=system.num_clusters + len(engines),
-        batches=math.ceil(batches / copies),
-        network=network,
-        progress=progress,
-    )
-    n, t, m, k = system.num_clusters, len(tasks), len(messages), len(links)
-    fields = {f.name: getattr(sim, f.name) for f in dataclasses.fields(SimResult)}
-    fields.update(
-        task_names=sim.task_names[:t],
-        task_start=sim.task_start[:, :t],
-        task_end=sim.task_end[:, :t],
-        message_arrival=sim.message_arrival[:, :m],
-        cluster_busy_cycles=sim.cluster_busy_cycles[:n],
-        cluster_wait_cycles=sim.cluster_wait_cycles[:n],
-        cluster_idle_cycles=sim.cluster_idle_cycles[:n],
-        cluster_utilisation=sim.cluster_utilisation[:n],
-        link_bytes=sim.link_bytes[:k],
-        link_busy_cycles=sim.link_busy_cycles[:k],
-        link_utilisation=sim.link_utilisation[:k],
-        throughput_per_cycle=sim.throughput_per_cycle * copies,
-    )
-    return DeviceSimResult(
-        **fields,
-        dram_bytes=sim.link_bytes[k:],
-        dram_busy_cycles=sim.link_busy_cycles[k:],
-        dram_utilisation=sim.link_utilisation[k:],
-        copies=copies,
-    )
 
 
 def bytes_label(value: float) -> str:
@@ -126,20 +17,27 @@ def bytes_label(value: float) -> str:
     return f"{value:.0f} B"
 
 
+def energy_label(picojoules: float) -> str:
+    """``"1.25 mJ"``, ``"310 uJ"``, ``"4.2 nJ"``: three significant digits in the largest unit."""
+    for unit, scale in (("J", 1e12), ("mJ", 1e9), ("uJ", 1e6), ("nJ", 1e3)):
+        if picojoules >= scale:
+            return f"{picojoules / scale:.3g} {unit}"
+    return f"{picojoules:.3g} pJ"
+
+
+def energy_parts(per_inference_pj: dict[str, float]) -> str:
+    """``"compute 61%, sram 20%, ..."``: each energy term's share of the total, largest first."""
+    total = sum(per_inference_pj.values()) or 1.0
+    return ", ".join(f"{name} {100 * value / total:.0f}%" for name, value in
+                     sorted(per_inference_pj.items(), key=lambda item: -item[1]))
+
+
 def run_label(batches: int, copies: int = 1) -> str:
     """``"2 batches"``, or for copies of a placement ``"8 inputs (2 rounds of 4 copies)"``."""
     if copies > 1:
         rounds = f"{batches} round{'s' if batches != 1 else ''}"
         return f"{batches * copies} inputs ({rounds} of {copies} copies)"
     return f"{batches} batch{'es' if batches != 1 else ''}"
-
-
-def simulate_plan(
-    plan: dict, system: ChipletSystem, batches: int = 1, network: str = "flow", progress=None
-) -> DeviceSimResult:
-    """Simulate a compiled plan on its system: tasks with cost-model cycles, routed messages."""
-    return simulate_workload(plan["tasks"], plan["messages"], system, batches, network, progress,
-                             plan.get("dram_fetches", []), copies=plan.get("copies", 1))
 
 
 def profile_report(plan: dict, system: ChipletSystem, sim: SimResult, execution=None) -> dict:
@@ -153,6 +51,7 @@ def profile_report(plan: dict, system: ChipletSystem, sim: SimResult, execution=
     for task in plan["tasks"]:
         ops_on[task["cluster"]] = ops_on.get(task["cluster"], 0) + 1
     host = execution.cluster_seconds if execution is not None else {}
+    energy = getattr(sim, "energy", None)
     clusters = []
     for cluster in system.clusters:
         cid = cluster.id
@@ -169,6 +68,7 @@ def profile_report(plan: dict, system: ChipletSystem, sim: SimResult, execution=
             "wait_cycles": float(sim.cluster_wait_cycles[cid]),
             "idle_cycles": float(sim.cluster_idle_cycles[cid]),
             "utilisation": float(sim.cluster_utilisation[cid]),
+            "energy_pj": float(energy.cluster_pj[cid]) if energy else None,
         })
     links = [
         {
@@ -176,6 +76,7 @@ def profile_report(plan: dict, system: ChipletSystem, sim: SimResult, execution=
             "bytes": float(sim.link_bytes[link.id]),
             "busy_cycles": float(sim.link_busy_cycles[link.id]),
             "utilisation": float(sim.link_utilisation[link.id]),
+            "energy_pj": float(energy.link_pj[link.id]) if energy else None,
         }
         for link in system.links
         if sim.link_bytes[link.id] > 0
@@ -196,6 +97,9 @@ def profile_report(plan: dict, system: ChipletSystem, sim: SimResult, execution=
         "inputs": sim.inputs if isinstance(sim, DeviceSimResult) else int(sim.batches),
         "copies": sim.copies if isinstance(sim, DeviceSimResult) else 1,
         "network": sim.network,
+        "device_dtype": plan.get("device_dtype", system.device_dtype),
+        "host_dtypes": plan.get("host_dtypes", []),
+        "energy": energy.to_dict() if energy else None,
         "clusters": clusters,
         "links": links,
         "drams": drams,
@@ -243,6 +147,12 @@ def format_table(report: dict) -> str:
         f"avg utilisation {100 * totals['avg_utilisation']:.1f}%, "
         f"{len(report['links'])} busy links"
     )
+    lines.append(f"device model: {report['device_dtype']}; host numerics: "
+                 f"{', '.join(report['host_dtypes']) or 'as compiled'}")
+    energy = report.get("energy")
+    if energy and energy["modelled"]:
+        lines.append(f"energy per inference: {energy_label(energy['total_pj'])} "
+                     f"({energy_parts(energy['per_inference_pj'])})")
     streamed = [d for d in report.get("drams", []) if d["bytes"] > 0]
     if streamed:
         lines.append("dram: " + ", ".join(
@@ -266,11 +176,14 @@ def format_table(report: dict) -> str:
 def chrome_trace(plan: dict, system: ChipletSystem, sim: SimResult) -> dict:
     """A Chrome / Perfetto trace of the simulated run: a track per cluster, a track per busy link.
 
-    Times are microseconds at the system clock. Each task of each batch is a complete event on its
-    cluster's track; each message is an event on every link of its route, from the moment its
-    producer finished to its arrival.
+    Times are microseconds at the system clock. Each task of each round is a complete event on its
+    cluster's track (``input``: which input it serves, ``round * copies + copy``); each message
+    is an event on every link of its route, from the moment its producer finished to its
+    arrival. For a system with energy coefficients, a counter track per
+    cluster shows its dynamic power (MAC + SRAM energy of the running task over its duration).
     """
     to_us = 1e6 / system.frequency_hz
+    copies = plan.get("copies", 1)
     events: list[dict] = []
     cluster_pid, link_pid = 1, 2
     events.append({"ph": "M", "name": "process_name", "pid": cluster_pid,
@@ -292,8 +205,17 @@ def chrome_trace(plan: dict, system: ChipletSystem, sim: SimResult) -> dict:
             events.append({
                 "ph": "X", "name": task["name"], "cat": "compute", "pid": cluster_pid,
                 "tid": task["cluster"], "ts": start * to_us, "dur": (end - start) * to_us,
-                "args": {"batch": batch, "op_id": task["op_id"], "cycles": task["cycles"]},
+                "args": {"input": batch * copies + task.get("copy", 0), "round": batch,
+                         "op_id": task["op_id"], "cycles": task["cycles"]},
             })
+            if system.has_energy and end > start:
+                joules = 1e-12 * (task.get("mac_pj", 0.0) + task.get("sram_pj", 0.0))
+                watts = joules / ((end - start) / system.frequency_hz)
+                track = f"power {system.clusters[task['cluster']].name} (W)"
+                events.append({"ph": "C", "name": track, "pid": cluster_pid,
+                               "ts": start * to_us, "args": {"W": watts}})
+                events.append({"ph": "C", "name": track, "pid": cluster_pid,
+                               "ts": end * to_us, "args": {"W": 0.0}})
         for index, message in enumerate(plan["messages"]):
             if not message["route"]:
                 continue

@@ -3,8 +3,8 @@
 The timing core is C++ (``runtime/cpp``, built by ``pip install .`` into
 ``libtvm_chiplet_sim.so`` and called through tvm-ffi); this module validates inputs, converts them
 to flat numpy arrays, and turns the raw event times into a :class:`SimResult`.
-:func:`simulate_reference` is a small pure-Python implementation of the same model that the tests
-use to check the C++ core.
+``tests/runtime/simulator_reference.py`` holds a small pure-Python implementation of the same
+model that the tests check the C++ core against.
 
 The model
 ---------
@@ -29,7 +29,7 @@ The model
       message becomes ``ceil(nbytes / (packet_flits * flit_bytes))`` packets (at least one),
       queued at its source router at ``ceil(send time)``; it arrives the cycle after its last
       flit is ejected. Routers are inferred from the routes (consecutive links of a route meet
-      at one router). Only :func:`simulate` implements it, not :func:`simulate_reference`.
+      at one router). The Python reference does not implement it.
 
 A link is busy while at least one message is transferring bytes over it (latency excluded).
 
@@ -57,16 +57,13 @@ import numpy as np
 from tvm_chiplet.runtime.noc import FlitParams
 
 NETWORK_MODELS: tuple[str, ...] = ("analytical", "flow")
-"""Event-level network models, implemented by both :func:`simulate` and
-:func:`simulate_reference`."""
+"""Event-level network models, implemented by :func:`simulate` and by the tests' Python
+reference."""
 
 SIMULATE_NETWORK_MODELS: tuple[str, ...] = (*NETWORK_MODELS, "flit")
 """Names accepted by the ``network`` argument of :func:`simulate` (adds the cycle-level model)."""
 
 _LIBRARY_NAME = "libtvm_chiplet_sim.so"
-# A transfer counts as finished when this fraction of its bytes is left (absorbs rounding of the
-# remaining bytes over many rate changes); the C++ flow model uses the same value.
-_DONE_FRACTION = 1e-9
 _MAX_BLOCKED_LISTED = 8
 # Wall time of one slice of the C++ simulation; Python handles Ctrl-C and progress between slices.
 _SLICE_SECONDS = 0.2
@@ -262,12 +259,8 @@ def simulate(
         raise TypeError(
             f"progress must be a callable taking the finished fraction, got {progress!r}"
         )
-    _core()
-    import tvm_ffi
-
     params = flit_params or FlitParams()
-    start = tvm_ffi.get_global_func("chiplet.sim.start")
-    stepper = start(
+    stepper = _core()(
         problem.task_cluster,
         problem.task_cycles,
         problem.num_clusters,
@@ -302,40 +295,15 @@ def simulate(
     return _summarise(problem, timeline)
 
 
-def simulate_reference(
-    tasks: Sequence[SimTask],
-    messages: Sequence[SimMessage],
-    link_bandwidth: Sequence[float] | np.ndarray,
-    link_latency: Sequence[float] | np.ndarray,
-    num_clusters: int,
-    batches: int = 1,
-    network: str = "flow",
-) -> SimResult:
-    """Pure-Python version of :func:`simulate`, slow and simple; for checking it on small cases.
-
-    Same parameters, result and errors as :func:`simulate`, without the ``"flit"`` network.
-    """
-    if network not in NETWORK_MODELS:
-        valid = ", ".join(repr(name) for name in NETWORK_MODELS)
-        raise ValueError(
-            f"unknown network model {network!r}; expected one of {valid} (simulate_reference "
-            f"has no flit model: use simulate for it)"
-        )
-    problem = _prepare(
-        tasks, messages, link_bandwidth, link_latency, num_clusters, batches, network
-    )
-    return _summarise(problem, _reference_timeline(problem))
-
-
 @functools.lru_cache(maxsize=1)
 def _core():
-    """Load the C++ library once and return its ``chiplet.sim.run`` function."""
+    """Load the C++ library once and return its ``chiplet.sim.start`` function."""
     import tvm_ffi  # loaded before the library, which links against it
 
     package = importlib.import_module("tvm_chiplet.runtime")
     library = _find_library([Path(folder) for folder in package.__path__])
     ctypes.CDLL(str(library), ctypes.RTLD_GLOBAL)
-    return tvm_ffi.get_global_func("chiplet.sim.run")
+    return tvm_ffi.get_global_func("chiplet.sim.start")
 
 
 def _find_library(folders: Sequence[Path]) -> Path:
@@ -651,114 +619,3 @@ def _cluster_sequence(problem: _Problem, cluster: int) -> list[tuple[int, int]]:
     """The (batch, task) instances a cluster runs, in order."""
     tasks = np.flatnonzero(problem.task_cluster == cluster).tolist()
     return [(batch, task) for batch in range(problem.batches) for task in tasks]
-
-
-def _reference_timeline(problem: _Problem) -> _Timeline:
-    """Advance time from event to event, settling everything that happens at each instant."""
-    batches, num_tasks = problem.batches, len(problem.task_names)
-    num_messages, num_links = len(problem.message_src), len(problem.link_bandwidth)
-    bandwidth = problem.link_bandwidth.tolist()
-    cycles = problem.task_cycles.tolist()
-    nbytes = problem.message_bytes.tolist()
-    offsets = problem.route_offsets.tolist()
-    links = problem.route_links.tolist()
-    routes = [links[offsets[m] : offsets[m + 1]] for m in range(num_messages)]
-    route_latency = [sum(problem.link_latency[route].tolist()) for route in routes]
-    incoming = [np.flatnonzero(problem.message_dst == t).tolist() for t in range(num_tasks)]
-    outgoing = [np.flatnonzero(problem.message_src == t).tolist() for t in range(num_tasks)]
-    sequences = [_cluster_sequence(problem, c) for c in range(problem.num_clusters)]
-    rate_model = _max_min_rates if problem.network == "flow" else _unshared_rates
-
-    start = np.full((batches, num_tasks), np.nan)
-    end = np.full((batches, num_tasks), np.nan)
-    arrival = np.full((batches, num_messages), np.nan)
-    position = [0] * problem.num_clusters
-    running: dict[int, tuple[int, int]] = {}  # cluster -> (batch, task)
-    remaining: dict[tuple[int, int], float] = {}  # (batch, message) -> bytes left to send
-    sent_at: dict[tuple[int, int], float] = {}
-    arrivals_due: dict[tuple[int, int], float] = {}
-    occupancy: list[list[tuple[float, float]]] = [[] for _ in range(num_links)]
-    now = 0.0
-    while True:
-        changed = True
-        while changed:
-            changed = False
-            for cluster, (batch, task) in list(running.items()):
-                if end[batch, task] <= now:
-                    del running[cluster]
-                    changed = True
-                    for m in outgoing[task]:
-                        if routes[m]:
-                            remaining[batch, m] = nbytes[m]
-                            sent_at[batch, m] = now
-                        else:
-                            arrivals_due[batch, m] = now
-            for (batch, m), left in list(remaining.items()):
-                if left <= _DONE_FRACTION * nbytes[m]:
-                    del remaining[batch, m]
-                    changed = True
-                    for link in routes[m]:
-                        occupancy[link].append((sent_at[batch, m], now))
-                    arrivals_due[batch, m] = now + route_latency[m]
-            for (batch, m), due in list(arrivals_due.items()):
-                if due <= now:
-                    del arrivals_due[batch, m]
-                    changed = True
-                    arrival[batch, m] = due
-            for cluster, sequence in enumerate(sequences):
-                if cluster in running or position[cluster] == len(sequence):
-                    continue
-                batch, task = sequence[position[cluster]]
-                if all(not np.isnan(arrival[batch, m]) for m in incoming[task]):
-                    start[batch, task] = now
-                    end[batch, task] = now + cycles[task]
-                    running[cluster] = (batch, task)
-                    position[cluster] += 1
-                    changed = True
-
-        rates = rate_model([routes[m] for _, m in remaining], bandwidth)
-        finish = [now + left / rate for left, rate in zip(remaining.values(), rates, strict=True)]
-        candidates = [end[b, t] for b, t in running.values()] + list(arrivals_due.values()) + finish
-        if not candidates:
-            break
-        next_time = min(candidates)
-        for key, rate, done in zip(list(remaining), rates, finish, strict=True):
-            remaining[key] = 0.0 if done <= next_time else remaining[key] - rate * (next_time - now)
-        now = next_time
-
-    link_busy = np.array([_union_length(intervals) for intervals in occupancy], dtype=np.float64)
-    return _Timeline(start, end, arrival, link_busy)
-
-
-def _unshared_rates(routes: list[list[int]], bandwidth: list[float]) -> list[float]:
-    """Analytical model: every message gets its route's slowest link to itself."""
-    return [min(bandwidth[link] for link in route) for route in routes]
-
-
-def _max_min_rates(routes: list[list[int]], bandwidth: list[float]) -> list[float]:
-    """Max-min fair rates by progressive filling: the link with the smallest fair share fixes the
-    rate of its unfixed flows, which then leave their bandwidth off every link they cross."""
-    rates: list[float | None] = [None] * len(routes)
-    capacity = {link: bandwidth[link] for route in routes for link in route}
-    while any(rate is None for rate in rates):
-        users = {link: 0 for link in capacity}
-        for route, rate in zip(routes, rates, strict=True):
-            if rate is None:
-                for link in route:
-                    users[link] += 1
-        share, bottleneck = min((capacity[link] / n, link) for link, n in users.items() if n > 0)
-        for flow, route in enumerate(routes):
-            if rates[flow] is None and bottleneck in route:
-                rates[flow] = share
-                for link in route:
-                    capacity[link] -= share
-    return rates
-
-
-def _union_length(intervals: list[tuple[float, float]]) -> float:
-    total, covered_until = 0.0, -math.inf
-    for begin, finish in sorted(intervals):
-        if finish > covered_until:
-            total += finish - max(begin, covered_until)
-            covered_until = finish
-    return total

@@ -19,6 +19,15 @@ Communication (analytical, no contention)::
     transfer_cycles = sum(latency of each link) + nbytes / min(bandwidth of each link)
 
 and ``0`` for an empty route (producer and consumer on the same cluster).
+
+Energy (picojoules, at the system's device dtype)::
+
+    op_energy      = flops / 2 * pJ per MAC of the cluster + bytes_moved * pJ per SRAM byte
+    link_energy    = bytes * 8 * pJ per bit of the link (its kind: on-chip NoC or die-to-die NoP)
+    dram_energy    = bytes * 8 * pJ per bit of the controller
+    static_energy  = sum of the chiplets' static power * time
+
+All zero for a system that declares no energy coefficients (``system.has_energy``).
 """
 
 from __future__ import annotations
@@ -139,6 +148,22 @@ def transfer_cycles(nbytes: float, route: Sequence[int], system: ChipletSystem) 
     return latency + nbytes / bandwidth
 
 
+def op_energy_pj(flops: float, bytes_moved: float, cluster: Cluster,
+                 system: ChipletSystem) -> tuple[float, float]:
+    """``(MAC energy, SRAM energy)`` in pJ of one op on ``cluster`` at the device dtype."""
+    _check_non_negative(flops=flops, bytes_moved=bytes_moved)
+    if not system.has_energy:
+        return 0.0, 0.0
+    return (flops / 2.0 * cluster.mac_energy(system.device_dtype),
+            bytes_moved * cluster.sram_energy_pj_per_byte)
+
+
+def static_energy_pj(cycles: float, system: ChipletSystem) -> float:
+    """Static energy in pJ of every chiplet over ``cycles`` of the system clock."""
+    watts = sum(chiplet.static_power_w for chiplet in system.chiplets)
+    return watts * cycles_to_seconds(cycles, system) * 1e12
+
+
 def cycles_to_seconds(cycles: float, system: ChipletSystem) -> float:
     """Convert cycles of ``system``'s clock to seconds."""
     return cycles / system.frequency_hz
@@ -149,5 +174,7 @@ __all__ = [
     "cycles_to_seconds",
     "dram_fetch_cycles",
     "op_cycles",
+    "op_energy_pj",
+    "static_energy_pj",
     "transfer_cycles",
 ]

@@ -14,8 +14,10 @@ Accepted target forms (:func:`parse_target`)::
     "chiplet -config=my.toml -strategy=pipeline"
     "chiplet", options={"config": "my.toml"}        tvmc style (--target-chiplet-config my.toml)
 
-Options (:data:`KNOWN_OPTIONS`): ``strategy`` (placement strategy name, a string) and ``config``
-(path to a system TOML file; not allowed together with a preset tag).
+Options (:data:`KNOWN_OPTIONS`): ``strategy`` (placement strategy name, a string), ``config``
+(path to a system TOML file; not allowed together with a preset tag) and ``device-dtype`` (the
+precision of the device model, e.g. ``"chiplet/simba-6x6 -device-dtype=fp16"``; default the
+system's own).
 """
 
 from __future__ import annotations
@@ -25,18 +27,17 @@ from dataclasses import dataclass, field
 
 import tvm
 
-from tvm_chiplet.targets.system import (
-    PRESET_PREFIX,
-    ChipletSystem,
-    load_preset,
-    preset_names,
-)
+from tvm_chiplet.targets.system import ChipletSystem
+from tvm_chiplet.targets.system_toml import PRESET_PREFIX, load_preset, preset_names
 
 TARGET_KIND = "chiplet"
 TARGET_KEYS = ("chiplet", "cpu")
 KNOWN_OPTIONS: dict[str, str] = {
     "strategy": "placement strategy name, e.g. 'pipeline' (string)",
     "config": "path to a chiplet system TOML file (string)",
+    "device-dtype": "precision of the device model: int8, fp16, bf16 or fp32 (default the "
+                    "system's)",
+    "objective": "what strategy 'auto' keeps: time, throughput, latency, energy or edp",
 }
 
 _ACCEPTED = (
@@ -169,7 +170,8 @@ def parse_target(
     ChipletTargetError
         For a non-chiplet target, an unknown option, conflicting options, or a missing system.
     SystemConfigError
-        For an unknown preset or an invalid system file.
+        For an unknown preset, an invalid system file, or a device dtype that a cluster does not
+        compute in.
     """
     if isinstance(target, tvm.target.Target):
         tag = str(target.tag)
@@ -200,6 +202,8 @@ def parse_target(
         )
     else:
         raise ChipletTargetError(f"target {target!r} names no chiplet system; {_accepted()}")
+    if "device-dtype" in merged:
+        system = system.with_device_dtype(merged["device-dtype"])
     return ChipletTarget(system=system, tvm_target=tvm_target, options=merged, preset=preset)
 
 

@@ -25,8 +25,8 @@ and the routes are consistent (deterministic, one path per ordered pair):
     rules out cyclic channel dependencies. Among the legal routes the one with fewest hops is
     taken, ties broken by the lexicographically smallest sequence of link ids.
 
-All routes are cached per :class:`Topology`. Builders for synthetic studies:
-:func:`mesh_system` and :func:`torus_system`.
+All routes are cached per :class:`Topology`. Builders for synthetic studies live in
+:mod:`tvm_chiplet.targets.system_generators`.
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ import math
 import operator
 from collections import deque
 from collections.abc import Iterable
-from typing import Any
 
 import networkx as nx
 
@@ -359,7 +358,7 @@ class Topology:
             return []
 
         def kind(c: Cluster) -> tuple:
-            return c.macs_per_cycle, c.sram_bytes, c.local_bandwidth
+            return c.macs, c.sram_bytes, c.local_bandwidth
 
         def translated(c: Cluster, dx: int, dy: int) -> int | None:
             (x, y), within = cell(c)
@@ -424,136 +423,4 @@ class Topology:
         return best
 
 
-# ---------------------------------------------------------------------- builders
-def _grid_dict(
-    name: str,
-    rows: int,
-    cols: int,
-    bandwidth: float,
-    latency: float,
-    macs_per_cycle: int,
-    sram_bytes: int,
-    local_bandwidth: float,
-    frequency_hz: float,
-    dram_bandwidth: float,
-    dram_at: Iterable[tuple[int, int]],
-) -> dict[str, Any]:
-    return {
-        "system": {
-            "name": name,
-            "description": f"synthetic {rows}x{cols} grid of one-cluster chiplets",
-            "frequency_hz": frequency_hz,
-        },
-        "grid": {
-            "rows": rows,
-            "cols": cols,
-            "chiplet": {
-                "cluster": {
-                    "macs_per_cycle": macs_per_cycle,
-                    "sram_bytes": sram_bytes,
-                    "local_bandwidth": local_bandwidth,
-                }
-            },
-        },
-        "nop": {"bandwidth": bandwidth, "latency": latency},
-        "dram": [{"chiplet": list(xy), "bandwidth": dram_bandwidth} for xy in dram_at],
-    }
-
-
-def mesh_system(
-    rows: int,
-    cols: int,
-    bandwidth: float = 32.0,
-    latency: float = 10.0,
-    *,
-    macs_per_cycle: int = 1024,
-    sram_bytes: int = 2 * 2**20,
-    local_bandwidth: float = 256.0,
-    frequency_hz: float = 1.0e9,
-    dram_bandwidth: float = 64.0,
-    dram_at: Iterable[tuple[int, int]] = ((0, 0),),
-    faults: dict[str, Any] | None = None,
-    name: str | None = None,
-) -> ChipletSystem:
-    """A ``rows x cols`` mesh of one-cluster chiplets for synthetic NoC studies.
-
-    Parameters
-    ----------
-    rows, cols : int
-        Grid size.
-    bandwidth, latency : float
-        Every ``nop`` link, bytes/cycle and cycles per hop.
-    macs_per_cycle, sram_bytes, local_bandwidth : optional
-        The cluster of every chiplet.
-    frequency_hz : float
-        System clock.
-    dram_bandwidth : float
-        Bytes/cycle of each DRAM controller.
-    dram_at : iterable of (x, y)
-        Chiplet coordinates carrying a DRAM controller.
-    faults : dict, optional
-        A ``[faults]`` table (see :mod:`tvm_chiplet.targets.system`).
-    name : str, optional
-        System name, default ``"mesh-<rows>x<cols>"``.
-    """
-    data = _grid_dict(
-        name or f"mesh-{rows}x{cols}",
-        rows,
-        cols,
-        bandwidth,
-        latency,
-        macs_per_cycle,
-        sram_bytes,
-        local_bandwidth,
-        frequency_hz,
-        dram_bandwidth,
-        dram_at,
-    )
-    if faults:
-        data["faults"] = faults
-    return ChipletSystem.from_dict(data, source=f"<mesh_system({rows}, {cols})>")
-
-
-def torus_system(
-    rows: int,
-    cols: int,
-    bandwidth: float = 32.0,
-    latency: float = 10.0,
-    *,
-    macs_per_cycle: int = 1024,
-    sram_bytes: int = 2 * 2**20,
-    local_bandwidth: float = 256.0,
-    frequency_hz: float = 1.0e9,
-    dram_bandwidth: float = 64.0,
-    dram_at: Iterable[tuple[int, int]] = ((0, 0),),
-    name: str | None = None,
-) -> ChipletSystem:
-    """A ``rows x cols`` torus of one-cluster chiplets: :func:`mesh_system` plus wrap links.
-
-    Wrap-around links are added along every dimension of length >= 3 (shorter ones are already
-    fully linked by the mesh). Parameters as in :func:`mesh_system`.
-    """
-    data = _grid_dict(
-        name or f"torus-{rows}x{cols}",
-        rows,
-        cols,
-        bandwidth,
-        latency,
-        macs_per_cycle,
-        sram_bytes,
-        local_bandwidth,
-        frequency_hz,
-        dram_bandwidth,
-        dram_at,
-    )
-    data["nop"]["auto"] = True
-    wraps = []
-    if cols >= 3:
-        wraps += [([cols - 1, y], [0, y]) for y in range(rows)]
-    if rows >= 3:
-        wraps += [([x, rows - 1], [x, 0]) for x in range(cols)]
-    data["link"] = [{"src": a, "dst": b} for a, b in wraps]
-    return ChipletSystem.from_dict(data, source=f"<torus_system({rows}, {cols})>")
-
-
-__all__ = ["ROUTING_SCHEMES", "Topology", "mesh_system", "torus_system"]
+__all__ = ["ROUTING_SCHEMES", "Topology"]

@@ -208,7 +208,8 @@ def build_workload(
     Returns
     -------
     (tasks, messages, weights_resident, fetches)
-        ``tasks[i]`` = ``{"name", "cluster", "cycles"}`` (compute only); ``messages`` =
+        ``tasks[i]`` = ``{"name", "cluster", "cycles", "mac_pj", "sram_pj"}`` (compute only,
+        energy from :func:`~tvm_chiplet.targets.cost_model.op_energy_pj`); ``messages`` =
         ``{"src", "dst", "bytes", "route"}`` (empty route within a cluster);
         ``weights_resident[c]``: whether cluster ``c`` keeps all its weights in SRAM;
         ``fetches`` = ``{"task", "cluster", "dram", "lender", "bytes", "route", "after"}``, one
@@ -224,10 +225,11 @@ def build_workload(
     tasks, messages, fetches = [], [], []
     streamed_on: dict[int, list[int]] = {}
     for index, item in enumerate(items):
-        cycles = cost_model.compute_cycles(
-            item.flops, item.bytes_moved, system.clusters[item.cluster]
-        )
-        tasks.append({"name": item.name, "cluster": item.cluster, "cycles": cycles})
+        cluster = system.clusters[item.cluster]
+        cycles = cost_model.compute_cycles(item.flops, item.bytes_moved, cluster)
+        mac_pj, sram_pj = cost_model.op_energy_pj(item.flops, item.bytes_moved, cluster, system)
+        tasks.append({"name": item.name, "cluster": item.cluster, "cycles": cycles,
+                      "mac_pj": mac_pj, "sram_pj": sram_pj})
         if streamed[index] > 0:
             resident[item.cluster] = False
             earlier = streamed_on.setdefault(item.cluster, [])

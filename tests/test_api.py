@@ -5,7 +5,8 @@ import tvm
 from tvm import relax
 
 import tvm_chiplet
-from tvm_chiplet.passes import AssignPlacement, PartitionByCluster, ReduceGraph
+from tvm_chiplet.passes import PartitionByCluster, PlanPlacement, ReduceGraph
+from tvm_chiplet.runtime.device import simulate_workload
 from tvm_chiplet.tools import models
 from tvm_chiplet.tools.frontends import load_model
 
@@ -37,7 +38,8 @@ def test_passes_drop_into_a_users_sequential():
     mod = load_model(model)
     system = tvm_chiplet.load_system("cluster-4")
     seq = tvm.transform.Sequential(
-        [ReduceGraph(), AssignPlacement(system, "pipeline"), PartitionByCluster()]
+        [ReduceGraph(), PlanPlacement(system, "pipeline", simulate_workload),
+         PartitionByCluster()]
     )
     partitioned = seq(mod)
     segments = [gv.name_hint for gv in partitioned.get_global_vars()
@@ -64,7 +66,7 @@ def test_build_reports_each_chiplet_pass_and_the_tvm_compile():
     lines = []
     tvm_chiplet.build(models.get_model("small-cnn"), target="chiplet/cluster-4",
                       progress=lines.append)
-    assert lines[0] == "AssignSplitPlacement ..."
+    assert lines[0] == "PlanSplitPlacement ..."
     assert "  ReduceGraph ..." in lines and "PartitionByCluster ..." in lines
     assert lines[-2] == "tvm.compile ..." and lines[-1].startswith("tvm.compile done in ")
     starts = [line.strip()[:-4] for line in lines if line.endswith(" ...")]

@@ -7,7 +7,6 @@ import os
 import re
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import onnx
 import tvm
@@ -15,20 +14,12 @@ import tvm_ffi
 from tvm import relax
 from tvm.relax.frontend.onnx import from_onnx, onnx_frontend
 
+from tvm_chiplet.runtime.artifact import InputSpec
+
 
 @tvm_ffi.register_error
 class ModelLoadError(ValueError):
     """The model cannot be loaded; the message names the file, node or input and the remedy."""
-
-
-@dataclass(frozen=True)
-class InputSpec:
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-
-    def to_dict(self) -> dict:
-        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
 
 
 def parse_input_shapes(text: str | None) -> dict[str, list[int]]:
@@ -99,18 +90,50 @@ def onnx_to_relax(
             warnings.simplefilter("ignore")
             return from_onnx(model, shape_dict=input_shapes or None)
     except tvm.error.OpNotImplemented as err:
-        missing = re.findall(r"ONNX: (.*)$", str(err).splitlines()[0])
-        ops = [op.strip() for op in missing[0].split(",")] if missing else []
-        nodes = [f"{n.name or '<unnamed>'} ({n.op_type})" for n in model.graph.node
-                 if n.op_type in ops]
-        raise ModelLoadError(
-            f"{source} uses operator(s) {', '.join(ops) or '?'} that TVM's ONNX importer does not "
-            f"support, at node(s) {', '.join(nodes[:10])}; replace them or export with another "
-            "opset"
-        ) from None
+        raise ModelLoadError(_unsupported_ops_message(model, str(err), source)) from None
     except Exception as err:
         first = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
         raise ModelLoadError(f"TVM could not import {source}: {first}") from None
+
+
+_QUANTIZED_OP = re.compile(r"Q[A-Z]\w*|\w+Integer\w*|DynamicQuantize\w+|\w+NBits")
+"""Quantized operators of the QOperator format and of onnxruntime's contrib domain (QLinearConv,
+QLinearMatMul, QGemm, ConvInteger, MatMulIntegerToFloat, DynamicQuantizeMatMul, MatMulNBits...),
+as opposed to the QDQ format's QuantizeLinear / DequantizeLinear, which TVM imports."""
+
+
+def _unsupported_ops_message(model: onnx.ModelProto, error: str, source: str) -> str:
+    """Name the operators TVM's importer rejected (its message lists them) and their nodes.
+
+    Quantized operators get their own remedy: TVM imports quantized models in the QDQ format.
+    """
+    listed = re.findall(r"ONNX: (.*)$", error.splitlines()[0]) if error.strip() else []
+    if not listed:
+        return f"TVM could not import {source}: {error.strip() or 'an operator is unsupported'}"
+    ops = sorted({op.strip() for op in listed[0].split(",") if op.strip()})
+    quantized = [op for op in ops if _QUANTIZED_OP.fullmatch(op)]
+    other = [op for op in ops if op not in quantized]
+
+    def at_nodes(types: list[str]) -> str:
+        nodes = [f"{n.name or '<unnamed>'} ({n.op_type})" for n in model.graph.node
+                 if n.op_type in types]
+        return ", ".join(nodes[:10]) + (f" and {len(nodes) - 10} more" if len(nodes) > 10 else "")
+
+    problems = []
+    if other:
+        problems.append(
+            f"{source} uses operator(s) {', '.join(other)} that TVM's ONNX importer does not "
+            f"support, at node(s) {at_nodes(other)}; replace them or export with another opset"
+        )
+    if quantized:
+        problems.append(
+            f"{source} uses quantized operator(s) {', '.join(quantized)} that TVM's ONNX "
+            f"importer does not support, at node(s) {at_nodes(quantized)}; TVM imports "
+            "quantized models in the QDQ format (QuantizeLinear / DequantizeLinear around float "
+            "operators): quantize the fp32 model again with onnxruntime.quantization."
+            "quantize_static(..., quant_format=QuantFormat.QDQ)"
+        )
+    return ". ".join(problems)
 
 
 @contextlib.contextmanager

@@ -22,12 +22,16 @@ def _target_options(args: argparse.Namespace) -> dict[str, str]:
         options["strategy"] = args.target_chiplet_strategy
     if args.target_chiplet_config:
         options["config"] = args.target_chiplet_config
+    if args.device_dtype:
+        options["device-dtype"] = args.device_dtype
+    if args.objective:
+        options["objective"] = args.objective
     return options
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from tvm_chiplet.runtime.profile import bytes_label
-    from tvm_chiplet.targets.lower import build
+    from tvm_chiplet.build import build
+    from tvm_chiplet.runtime.profile import bytes_label, energy_label, energy_parts
     from tvm_chiplet.targets.target import parse_target
     from tvm_chiplet.tools.frontends import parse_input_shapes
 
@@ -48,6 +52,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
         f"{len(plan['clusters_used'])} clusters{replicated}, {len(plan['transfers'])} "
         f"transfers -> {args.output}"
     )
+    print(f"  device model: {plan['device_dtype']}; "
+          f"host numerics: {', '.join(plan['host_dtypes'])}")
     fetches = plan.get("dram_fetches", [])
     if fetches:
         from_dram = sum(f["bytes"] for f in fetches if f.get("dram") is not None) / copies
@@ -67,6 +73,15 @@ def cmd_compile(args: argparse.Namespace) -> int:
             f"{row['simulated_cycles']:.0f} cycles, {row['throughput_per_s']:.1f} inf/s, "
             f"{row['ratio_to_bound']:.2f}x the lower bound ({row['bound_binding']})"
         )
+    calibration = plan["estimate"][0].get("network_calibration")
+    print(f"  network model: {plan['estimate'][0]['network']}"
+          + (f", calibrated against flit ({calibration})" if calibration else
+             " (uncalibrated: the system stores no [calibration])"))
+    if target.system.has_energy:
+        row = plan["estimate"][0]
+        print(f"  energy per inference: {energy_label(row['energy_per_inference_pj'])} "
+              f"({energy_parts(row['energy_breakdown_pj'])}); lower bound "
+              f"{energy_label(row['energy_bound_pj'])}")
     return 0
 
 
@@ -110,12 +125,8 @@ def _progress_printer(what: str):
 
 def cmd_run(args: argparse.Namespace) -> int:
     from tvm_chiplet.runtime.artifact import load_module
-    from tvm_chiplet.runtime.profile import (
-        chrome_trace,
-        format_table,
-        profile_report,
-        simulate_plan,
-    )
+    from tvm_chiplet.runtime.device import simulate_plan
+    from tvm_chiplet.runtime.profile import chrome_trace, format_table, profile_report
 
     module = load_module(args.artifact)
     inputs = _load_inputs(args, module.input_specs)
@@ -152,7 +163,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_targets(_args: argparse.Namespace) -> int:
-    from tvm_chiplet.targets.system import list_presets
+    from tvm_chiplet.targets.system_toml import list_presets
 
     for name, summary in list_presets():
         print(f"chiplet/{name:<12} {summary}")
@@ -233,6 +244,9 @@ def _flit_defaults() -> dict[str, int]:
 
 
 def make_parser() -> argparse.ArgumentParser:
+    from tvm_chiplet.passes.planners.auto import OBJECTIVES
+    from tvm_chiplet.targets.system import DEVICE_DTYPES
+
     parser = argparse.ArgumentParser(
         prog="tvmc", description="TVM compiler driver with the chiplet target (tvm-chiplet)"
     )
@@ -244,6 +258,11 @@ def make_parser() -> argparse.ArgumentParser:
                       help='"chiplet/<preset>" or "chiplet -config=my.toml"')
     comp.add_argument("--target-chiplet-strategy", help="placement strategy (default pipeline)")
     comp.add_argument("--target-chiplet-config", help="chiplet system TOML file")
+    comp.add_argument("--device-dtype", choices=DEVICE_DTYPES,
+                      help="precision of the device model: bytes, SRAM use, MAC rates and energy "
+                           "(default the system's); host numerics stay as compiled")
+    comp.add_argument("--objective", choices=OBJECTIVES,
+                      help="what --target-chiplet-strategy auto keeps (default time)")
     comp.add_argument("--input-shapes", help='e.g. "x:[1,3,224,224]"')
     comp.add_argument("--pipeline", default="chiplet-default", help="named pass pipeline")
     comp.add_argument("-o", "--output", default="module.tar", help="artifact path")

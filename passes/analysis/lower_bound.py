@@ -39,6 +39,12 @@ cycle of all clusters, ``L = sum(local_bandwidth)``, ``D = sum(dram bandwidth)``
     weights cross when they exceed half the SRAM is *not* sound for that reason, so it is not
     used; the term is kept so that the report names all four physical limits.
 
+Energy (not a time, not in :attr:`LowerBound.bound_cycles`): ``energy_pj`` is what ``batches``
+inferences must spend at least: every MAC at the cheapest MAC energy of any cluster at the device
+dtype (``F / 2 * min_c e_mac``), plus the DRAM bytes of the ``dram`` term at the cheapest
+controller's pJ/bit. SRAM accesses, links and static power can in principle be made arbitrarily
+small per inference, so they are left out. Zero for a system without energy coefficients.
+
 The per-batch steady bound is ``S = max(F / P, W / kappa, dram_steady)`` where
 ``W = sum_i a_i`` (every op occupies its cluster for at least its roofline time) and
 ``kappa = sum_c max(2 * macs_c / P, local_bandwidth_c / L)`` (``1`` on homogeneous systems)
@@ -60,7 +66,7 @@ from dataclasses import asdict, dataclass
 
 import networkx as nx
 
-from tvm_chiplet.passes.analysis.graph import OpGraph
+from tvm_chiplet.passes.analysis.op_graph import OpGraph
 from tvm_chiplet.targets.system import ChipletSystem
 
 TERMS = ("compute", "critical_path", "dram", "bisection")
@@ -98,6 +104,8 @@ class LowerBound:
         Bytes counted by the DRAM term.
     weights_preloaded : bool
         Whether the first load of SRAM-resident weights was left out of the DRAM term.
+    energy_pj : float
+        Energy the ``batches`` inferences must spend at least, in pJ (module docstring).
     """
 
     batches: int
@@ -112,6 +120,12 @@ class LowerBound:
     binding: str
     dram_bytes: int
     weights_preloaded: bool
+    energy_pj: float = 0.0
+
+    @property
+    def energy_per_inference_pj(self) -> float:
+        """The energy bound of one inference, in pJ."""
+        return self.energy_pj / self.batches
 
     @property
     def latency_bound_s(self) -> float:
@@ -148,6 +162,7 @@ class LowerBound:
             **asdict(self),
             "latency_bound_s": self.latency_bound_s,
             "throughput_bound_per_s": self.throughput_bound_per_s,
+            "energy_per_inference_pj": self.energy_per_inference_pj,
         }
 
 
@@ -225,6 +240,11 @@ def lower_bound(
         "bisection": 0.0,
     }
     binding = max(TERMS, key=lambda name: (terms[name], -TERMS.index(name)))
+    energy = 0.0
+    if system.has_energy:
+        mac_pj = min(c.mac_energy(system.device_dtype) for c in system.clusters)
+        bit_pj = min((d.energy_pj_per_bit for d in system.drams), default=0.0)
+        energy = batches * graph.total_flops / 2.0 * mac_pj + 8.0 * dram_bytes * bit_pj
     return LowerBound(
         batches=batches,
         frequency_hz=system.frequency_hz,
@@ -238,6 +258,7 @@ def lower_bound(
         binding=binding,
         dram_bytes=dram_bytes,
         weights_preloaded=weights_preloaded,
+        energy_pj=energy,
     )
 
 

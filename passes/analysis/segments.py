@@ -7,16 +7,14 @@ from dataclasses import dataclass, field
 import tvm
 from tvm import relax
 
-from tvm_chiplet.passes.analysis.op_graph import (
-    CALL_TIR,
+from tvm_chiplet.passes.analysis.extract_op_graph import (
     AnalysisError,
     call_flops,
     call_tir_weight_bytes,
     main_bindings,
     tensor_bytes,
 )
-from tvm_chiplet.passes.annotate_placement import call_placement
-from tvm_chiplet.passes.partition_by_cluster import ATTR_SEGMENT_CLUSTER
+from tvm_chiplet.passes.attrs import ATTR_CLUSTER, CALL_TIR, call_placement
 
 
 @dataclass
@@ -71,12 +69,13 @@ class SegmentSchedule:
         }
 
 
-def read_segments(mod: tvm.IRModule) -> SegmentSchedule:
+def read_segments(mod: tvm.IRModule, device_dtype: str | None = None) -> SegmentSchedule:
     """Describe ``main`` of a module partitioned by :class:`PartitionByCluster`.
 
     Returns the segments in call order with their data sources, the sources of ``main``'s
     results, and the compute ops as tasks whose ``deps`` are ``[producer_task, nbytes]`` pairs
-    (a value read through tuple plumbing counts once per reader).
+    (a value read through tuple plumbing counts once per reader). Bytes are counted at
+    ``device_dtype`` as :func:`~.extract_op_graph.tensor_bytes` does.
     """
     main = mod["main"]
     params = list(main.params)
@@ -89,7 +88,7 @@ def read_segments(mod: tvm.IRModule) -> SegmentSchedule:
         value = binding.value
         if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.GlobalVar):
             func = mod[value.op]
-            if func.attrs is None or ATTR_SEGMENT_CLUSTER not in func.attrs:
+            if func.attrs is None or ATTR_CLUSTER not in func.attrs:
                 raise AnalysisError(
                     f"'main' calls {value.op.name_hint}, which is not a segment; "
                     "run PartitionByCluster"
@@ -103,15 +102,16 @@ def read_segments(mod: tvm.IRModule) -> SegmentSchedule:
             segment = Segment(
                 index=index,
                 name=value.op.name_hint,
-                cluster=int(func.attrs[ATTR_SEGMENT_CLUSTER]),
+                cluster=int(func.attrs[ATTR_CLUSTER]),
                 inputs=inputs,
                 output_bytes=[
-                    tensor_bytes(f, f"output of {value.op.name_hint}") for f in func.ret_ty.fields
+                    tensor_bytes(f, f"output of {value.op.name_hint}", device_dtype)
+                    for f in func.ret_ty.fields
                 ],
             )
             segments.append(segment)
             source[binding.var] = ["segment_tuple", index]
-            _segment_tasks(mod, func, segment, producers, tasks, flop_cache)
+            _segment_tasks(mod, func, segment, producers, tasks, flop_cache, device_dtype)
         elif isinstance(value, relax.TupleGetItem) and value.tuple_value in source:
             _, index = source[value.tuple_value]
             source[binding.var] = ["segment", index, int(value.index)]
@@ -126,7 +126,7 @@ def read_segments(mod: tvm.IRModule) -> SegmentSchedule:
     return SegmentSchedule(segments, outputs, tasks, [p.name for p in params])
 
 
-def _segment_tasks(mod, func, segment, producers, tasks, flop_cache) -> None:
+def _segment_tasks(mod, func, segment, producers, tasks, flop_cache, device_dtype) -> None:
     origin: dict[relax.Var, set[int]] = {}
     for param, src in zip(func.params, segment.inputs, strict=True):
         origin[param] = producers.get(tuple(src), set()) if src[0] == "segment" else set()
@@ -140,10 +140,11 @@ def _segment_tasks(mod, func, segment, producers, tasks, flop_cache) -> None:
             deps: dict[int, int] = {}
             for var in reads:
                 for producer in origin.get(var, ()):
-                    deps[producer] = deps.get(producer, 0) + tensor_bytes(var.ty, var.name)
-            weight_bytes = call_tir_weight_bytes(value)
-            moved = sum(tensor_bytes(v.ty, v.name) for v in reads)
-            moved += tensor_bytes(binding.var.ty, binding.var.name) + weight_bytes
+                    nbytes = tensor_bytes(var.ty, var.name, device_dtype)
+                    deps[producer] = deps.get(producer, 0) + nbytes
+            weight_bytes = call_tir_weight_bytes(value, device_dtype)
+            moved = sum(tensor_bytes(v.ty, v.name, device_dtype) for v in reads)
+            moved += tensor_bytes(binding.var.ty, binding.var.name, device_dtype) + weight_bytes
             tasks.append(
                 Task(
                     op_id=op_id,
@@ -151,7 +152,7 @@ def _segment_tasks(mod, func, segment, producers, tasks, flop_cache) -> None:
                     segment=segment.index,
                     cluster=segment.cluster,
                     stage=stage,
-                    flops=call_flops(mod, value.args[0], flop_cache),
+                    flops=call_flops(mod, value, flop_cache),
                     bytes_moved=moved,
                     weight_bytes=weight_bytes,
                     deps=[[p, b] for p, b in sorted(deps.items())],

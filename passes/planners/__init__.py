@@ -5,7 +5,8 @@ from tvm_chiplet.passes.planners.base import Planner, PlanningProblem
 from tvm_chiplet.passes.planners.data_parallel import DataParallelPlanner
 from tvm_chiplet.passes.planners.ilp import IlpPlanner
 from tvm_chiplet.passes.planners.modular import ModularPlanner
-from tvm_chiplet.passes.planners.pipeline import PipelinePlanner, min_bottleneck_partition
+from tvm_chiplet.passes.planners.partition import min_bottleneck_partition
+from tvm_chiplet.passes.planners.pipeline_planner import PipelinePlanner
 from tvm_chiplet.passes.planners.placement import Placement, PlanningError
 from tvm_chiplet.passes.planners.single import SinglePlanner
 from tvm_chiplet.passes.planners.tensor_parallel import (
@@ -24,8 +25,6 @@ PLANNERS: dict[str, type] = {
     LayerSequentialPlanner.name: LayerSequentialPlanner,
 }
 BASELINES = (SinglePlanner.name, LayerSequentialPlanner.name)
-SPLITTING = (TensorParallelPlanner.name, LayerSequentialPlanner.name)
-"""Strategies whose placements split ops: built with AssignSplitPlacement."""
 
 
 def get_planner(name: str, **options) -> Planner:
@@ -38,7 +37,6 @@ def get_planner(name: str, **options) -> Planner:
 __all__ = [
     "BASELINES",
     "PLANNERS",
-    "SPLITTING",
     "AutoPlanner",
     "DataParallelPlanner",
     "IlpPlanner",

@@ -10,7 +10,7 @@ from tvm_chiplet.passes.planners.base import Planner, PlanningProblem
 from tvm_chiplet.passes.planners.evaluate import simulate_placement
 from tvm_chiplet.passes.planners.placement import Placement, PlanningError
 
-OBJECTIVES = ("time", "throughput", "latency")
+OBJECTIVES = ("time", "throughput", "latency", "energy", "edp")
 
 
 class AutoPlanner:
@@ -19,7 +19,9 @@ class AutoPlanner:
     Each candidate's placement is simulated with the shared cost model (``batches`` pipelined
     inputs, ``network`` model). The objective is the time of those inputs, pipeline fill
     included (``"time"``, what the benchmark's ratio to the bound measures), the steady-state
-    throughput (``"throughput"``, which ignores the fill) or batch-1 latency (``"latency"``).
+    throughput (``"throughput"``, which ignores the fill), batch-1 latency (``"latency"``), the
+    energy per inference (``"energy"``) or the energy-delay product (``"edp"``: energy per
+    inference times the time of the inputs; the simulated result's ``energy``).
     Candidates that cannot apply (they raise :class:`PlanningError`) are skipped and listed.
     The comparison is kept in ``placement.notes["auto"]``.
 
@@ -27,7 +29,7 @@ class AutoPlanner:
     ----------
     candidates : sequence of str or Planner, optional
         Default: every registered strategy except ``auto`` itself.
-    objective : {"time", "throughput", "latency"}
+    objective : {"time", "throughput", "latency", "energy", "edp"}
     batches : int, default 64
         Pipelined inputs simulated for the time and throughput objectives.
     network : str, default "flow"
@@ -63,7 +65,25 @@ class AutoPlanner:
         ]
         return [get_planner(c) if isinstance(c, str) else c for c in names]
 
+    def _score(self, sim) -> float:
+        """Higher is better."""
+        if self.objective == "throughput":
+            return sim.throughput_per_cycle
+        cycles = max(sim.total_cycles, 1e-9)  # time of the inputs, or latency
+        if self.objective == "energy":
+            return -sim.energy.total_pj
+        if self.objective == "edp":
+            return -sim.energy.total_pj * cycles
+        return 1.0 / cycles
+
     def plan(self, problem: PlanningProblem) -> Placement:
+        if self.objective in ("energy", "edp") and not problem.system.has_energy:
+            raise PlanningError(
+                f"objective {self.objective!r} needs energy coefficients, but system "
+                f"{problem.system.name!r} ({problem.system.source}) declares none; add them "
+                "(energy_pj_per_mac, energy_pj_per_sram_byte, [noc] / [nop] / [[dram]] "
+                "energy_pj_per_bit, static_power_w) or choose objective 'time'"
+            )
         rows, best = [], None
         for planner in self._planners():
             started = time.perf_counter()
@@ -73,14 +93,12 @@ class AutoPlanner:
                 rows.append({"strategy": planner.name, "skipped": str(err)})
                 continue
             sim = simulate_placement(problem, placement, self.batches, self.network)
-            score = (
-                sim.throughput_per_cycle if self.objective == "throughput"
-                else 1.0 / max(sim.total_cycles, 1e-9)  # time of the inputs, or latency
-            )
+            score = self._score(sim)
             row = {
                 "strategy": planner.name,
                 "cycles": float(sim.total_cycles),
                 "throughput_per_cycle": float(sim.throughput_per_cycle),
+                "energy_pj": sim.energy.total_pj,
                 "plan_seconds": time.perf_counter() - started,
             }
             rows.append(row)

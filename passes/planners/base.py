@@ -2,31 +2,46 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
-from tvm_chiplet.passes.analysis.graph import OpGraph
+from tvm_chiplet.passes.analysis.op_graph import OpGraph
 from tvm_chiplet.passes.planners.placement import Placement
 from tvm_chiplet.targets import cost_model
 from tvm_chiplet.targets.system import ChipletSystem
 from tvm_chiplet.targets.topology import Topology
 
+WorkloadSimulator = Callable[..., Any]
+"""The device simulator planners are judged by, handed in by the driver.
+
+Called as ``simulator(tasks, messages, system, batches, network, fetches=..., copies=...)`` with
+a workload of :func:`~tvm_chiplet.targets.workload.build_workload`; returns a result with
+``total_cycles``, ``throughput_per_cycle``, ``latency_per_batch``, ``inputs`` and the per-cluster,
+per-link and per-controller loads (:func:`tvm_chiplet.runtime.device.simulate_workload`).
+"""
+
 
 @dataclass
 class PlanningProblem:
-    """Everything a planner may look at: the graph, the system and the shared cost model.
+    """Everything a planner may look at: the graph, the system, the shared cost model, a judge.
 
     ``split_dims[op_id]`` maps each dimension an op can be split along (see
     :data:`~tvm_chiplet.passes.planners.placement.SPLIT_DIMS`) to its size; ops missing from it
     cannot be split (:func:`~tvm_chiplet.passes.split_operators.find_anchors` provides it).
+    ``simulator`` is the device simulator that judges candidates (see :data:`WorkloadSimulator`;
+    planners reach it only through
+    :func:`~tvm_chiplet.passes.planners.evaluate.simulate_placement`); strategies that compare
+    candidates need it.
     """
 
     graph: OpGraph
     system: ChipletSystem
     topology: Topology
     split_dims: dict[int, dict[str, int]] = field(default_factory=dict)
+    simulator: WorkloadSimulator | None = None
 
     def __post_init__(self) -> None:
         self.op_cycles = self._cycles(weights_resident=True)

@@ -1,4 +1,4 @@
-"""Judge a placement before any IR is rewritten: its workload on the simulated device."""
+"""Judge a placement before any IR is rewritten: its workload on the simulator the driver gave."""
 
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ from tvm_chiplet.passes.planners.placement import (
     WEIGHT_DIMS,
     OpSplit,
     Placement,
+    PlanningError,
     part_bytes,
 )
-from tvm_chiplet.runtime.profile import simulate_workload
-from tvm_chiplet.runtime.simulator import SimResult
 from tvm_chiplet.targets.workload import (
     WorkItem,
     build_workload,
@@ -80,11 +79,21 @@ def _split_items(items: list[WorkItem], op, split: OpSplit, deps: list[tuple[int
 
 def simulate_placement(
     problem: PlanningProblem, placement: Placement, batches: int = 1, network: str = "flow"
-) -> SimResult:
-    """Simulate ``placement`` with the shared cost model and the C++ device simulator."""
+):
+    """Simulate ``placement``: its workload from the shared cost model on ``problem.simulator``.
+
+    The one door from planners to the device simulator. Raises :class:`PlanningError` when the
+    problem carries no simulator.
+    """
+    if problem.simulator is None:
+        raise PlanningError(
+            "this strategy judges its candidates on the device simulator, but the planning "
+            "problem has none; pass simulator=tvm_chiplet.runtime.device.simulate_workload to "
+            "PlanPlacement / PlanSplitPlacement / get_pipeline (tvm_chiplet.build does)"
+        )
     items = placement_items(problem, placement)
     tasks, messages, _, fetches = build_workload(
         items, problem.system, problem.topology, placement.dram_policy, placement.dram_shares,
         replicate_loans(placement.sram_loans, placement.copy_maps))
-    return simulate_workload(tasks, messages, problem.system, batches, network, fetches=fetches,
+    return problem.simulator(tasks, messages, problem.system, batches, network, fetches=fetches,
                              copies=placement.copies)

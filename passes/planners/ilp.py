@@ -1,23 +1,19 @@
 """ILP planner: ops to pipeline stages by mixed-integer programming (pulp; CBC or HiGHS).
 
 The stages are the clusters in the topology's snake order, as for
-:class:`~tvm_chiplet.passes.planners.pipeline.PipelinePlanner`, but the ops of a stage need not be
-consecutive bindings: the only order constraint is that data flows forward along every edge. The
-model also decides which weights and parked activations stay in SRAM; whatever does not fit
-streams from DRAM at the shared cost model's price (or, with ``spill=False``, must fit).
+:class:`~tvm_chiplet.passes.planners.pipeline_planner.PipelinePlanner`, but the ops of a stage
+need not be consecutive bindings: the only order constraint is that data flows forward along
+every edge. The model also decides which weights and parked activations stay in SRAM; whatever
+does not fit streams from DRAM at the shared cost model's price (or, with ``spill=False``, must
+fit). Running the solvers (time limits, stopping CBC) is
+:mod:`~tvm_chiplet.passes.planners.ilp_solvers`'s job.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import os
-import re
-import signal
-import tempfile
-import threading
 import time
-import warnings
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
@@ -26,11 +22,11 @@ import pulp
 
 from tvm_chiplet.passes.planners.base import PlanningProblem
 from tvm_chiplet.passes.planners.evaluate import simulate_placement
-from tvm_chiplet.passes.planners.pipeline import PipelinePlanner
+from tvm_chiplet.passes.planners.ilp_solvers import SOLVERS, SolveResult, make_solver
+from tvm_chiplet.passes.planners.pipeline_planner import PipelinePlanner
 from tvm_chiplet.passes.planners.placement import Placement, PlanningError
 from tvm_chiplet.targets import cost_model
 
-SOLVERS = ("cbc", "highs")
 OBJECTIVES = ("throughput", "latency")
 _MB = 1e6
 
@@ -221,7 +217,7 @@ class IlpPlanner:
         self.msg = msg
         self.spill = spill
         self.judge_by_simulation = judge_by_simulation
-        _make_solver(solver, time_limit, msg, warm_start)  # fail early if it is not installed
+        make_solver(solver, time_limit, msg, warm_start)  # fail early if it is not installed
 
     # ------------------------------------------------------------------ planning
     def plan(self, problem: PlanningProblem) -> Placement:
@@ -232,7 +228,7 @@ class IlpPlanner:
         if not self.spill:
             self._check_capacity(problem, order)
         start = self._warm_start(problem, order)
-        backend = _make_solver(self.solver, self.time_limit, self.msg, self.warm_start)
+        backend = make_solver(self.solver, self.time_limit, self.msg, self.warm_start)
         model = _Model(problem, order, self.objective, self.spill)
         if self.warm_start and start.objective < math.inf:
             model.set_start(start)
@@ -242,7 +238,7 @@ class IlpPlanner:
             result = backend.solve(model.lp)
         except KeyboardInterrupt:
             backend.stop()
-            result = _Result("interrupted", None, None)
+            result = SolveResult("interrupted", None, None)
         notes["solve_seconds"] = round(time.perf_counter() - began, 3)
         found = model.extract() if result.has_solution(model.lp) else None
         if found is not None:
@@ -580,164 +576,6 @@ class _Model:
             streamed = {i for i in self.heavy if (self.res[i, op_stage[i]].value() or 0) < 0.5}
             spilled = {u for u in self.parked_ids if (self.keep[u, op_stage[u]].value() or 0) < 0.5}
         return _Candidate(op_stage, self.order, frozenset(streamed), frozenset(spilled), 0.0)
-
-
-# ---------------------------------------------------------------------- solvers
-@dataclass
-class _Result:
-    status: str
-    bound: float | None
-    objective: float | None
-
-    def has_solution(self, lp: pulp.LpProblem) -> bool:
-        return self.status not in (
-            "interrupted", "Infeasible", "Not Solved", "Time limit (stopped)", "CBC failed"
-        ) and all(
-            v.value() is not None for v in lp.variables()
-        )
-
-
-class _Cbc:
-    """pulp's bundled CBC, run as a child process we can stop on Ctrl-C."""
-
-    def __init__(self, time_limit: float | None, msg: bool, warm_start: bool) -> None:
-        self.time_limit, self.msg, self.warm_start = time_limit, msg, warm_start
-        if not _bundled_cbc().available():
-            raise PlanningError(
-                "the CBC solver is not available: pulp's bundled CBC binary is missing or not "
-                "executable; reinstall pulp (pip install --force-reinstall pulp) or use "
-                "solver='highs'"
-            )
-
-    def solve(self, lp: pulp.LpProblem) -> _Result:
-        with tempfile.TemporaryDirectory(prefix="tvm_chiplet_cbc_") as tmp:
-            log_path = None if self.msg else os.path.join(tmp, "cbc.log")
-            cmd = _bundled_cbc(
-                msg=self.msg,
-                timeLimit=self.time_limit,
-                warmStart=self.warm_start,
-                logPath=log_path,
-                threads=1,
-            )
-            cmd.tmpDir = tmp
-            # CBC does not always honour its own limit (preprocessing, the root LP): a watchdog
-            # stops it a little after the limit and the planner keeps its warm start.
-            watchdog = None
-            if self.time_limit is not None:
-                watchdog = threading.Timer(self.time_limit * 1.2 + 5.0, self.stop, (False,))
-                watchdog.daemon = True
-                watchdog.start()
-            try:
-                lp.solve(cmd)
-            except pulp.PulpSolverError:
-                # Stopped by the watchdog, or CBC 2.10 crashed (it segfaults in preprocessing
-                # on some models): either way there is no solution and the warm start stands.
-                stopped = watchdog is not None and not watchdog.is_alive()
-                return _Result("Time limit (stopped)" if stopped else "CBC failed", None, None)
-            finally:
-                if watchdog is not None:
-                    watchdog.cancel()
-            status = _status(lp)
-            bound = None
-            if log_path and os.path.exists(log_path):
-                with open(log_path) as f:
-                    log = f.read()
-                bound = _cbc_bound(log)
-                if "Stopped on time" in log:
-                    status = "Time limit"
-            if status == "Optimal" and bound is None:
-                bound = pulp.value(lp.objective)
-            return _Result(status, bound, pulp.value(lp.objective))
-
-    def stop(self, reap: bool = True) -> None:
-        """Terminate CBC children of this process (an interrupted or overdue solve); ``reap``
-        waits for them, which only the thread that did not start them may skip."""
-        me = str(os.getpid())
-        for pid in filter(str.isdigit, os.listdir("/proc") if os.path.isdir("/proc") else []):
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                with open(f"/proc/{pid}/comm") as f:
-                    name = f.read().strip()
-            except OSError:
-                continue
-            if fields[1] == me and "cbc" in name.lower():
-                try:
-                    os.kill(int(pid), signal.SIGTERM)
-                    if reap:
-                        os.waitpid(int(pid), 0)
-                except (OSError, ChildProcessError):
-                    pass
-
-
-def _status(lp: pulp.LpProblem) -> str:
-    """Status name: "Optimal" only when proven; a solution found without proof is "Time limit"."""
-    if lp.sol_status == pulp.LpSolutionIntegerFeasible:
-        return "Time limit"
-    return pulp.LpStatus[lp.status]
-
-
-def _bundled_cbc(**options) -> pulp.LpSolver:
-    """pulp's bundled CBC (its PULP_CBC_CMD deprecation notice is about pulp 4.0, not us)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return pulp.PULP_CBC_CMD(**options)
-
-
-def _cbc_bound(log: str) -> float | None:
-    """The best bound from a CBC log ("Objective value" when optimal, else "Lower bound")."""
-    if "Optimal solution found" in log:
-        match = re.search(r"Objective value:\s+(\S+)", log)
-    else:
-        match = re.search(r"Lower bound:\s+(\S+)", log)
-    try:
-        return float(match.group(1)) if match else None
-    except ValueError:
-        return None
-
-
-class _Highs:
-    """HiGHS through highspy, in process (so Ctrl-C leaves no child behind)."""
-
-    def __init__(self, time_limit: float | None, msg: bool, warm_start: bool) -> None:
-        if not pulp.HiGHS().available():
-            raise PlanningError(
-                "the HiGHS solver is not available: install it with 'pip install highspy', or "
-                "use solver='cbc' (bundled with pulp)"
-            )
-        self.time_limit, self.msg, self.warm_start = time_limit, msg, warm_start
-
-    def solve(self, lp: pulp.LpProblem) -> _Result:
-        import highspy
-
-        warm = self.warm_start
-
-        class WarmHiGHS(pulp.HiGHS):
-            def callSolver(self, lp: pulp.LpProblem) -> None:
-                if warm and all(v.value() is not None for v in lp.variables()):
-                    solution = highspy.HighsSolution()
-                    solution.col_value = [float(v.value()) for v in lp.variables()]
-                    solution.value_valid = True
-                    lp.solverModel.setSolution(solution)
-                lp.solverModel.run()
-
-        cmd = WarmHiGHS(msg=self.msg, timeLimit=self.time_limit, threads=1)
-        lp.solve(cmd)
-        info = lp.solverModel.getInfo()
-        bound = info.mip_dual_bound if math.isfinite(info.mip_dual_bound) else None
-        status = pulp.LpStatus[lp.status]
-        if lp.solverModel.getModelStatus() == highspy.HighsModelStatus.kTimeLimit:
-            status = "Time limit"
-        if info.primal_solution_status != 2:
-            return _Result("Not Solved" if status != "Infeasible" else status, bound, None)
-        return _Result(status, bound, pulp.value(lp.objective))
-
-    def stop(self) -> None:
-        """Nothing to stop: HiGHS runs in this process."""
-
-
-def _make_solver(name: str, time_limit: float | None, msg: bool, warm_start: bool):
-    return (_Cbc if name == "cbc" else _Highs)(time_limit, msg, warm_start)
 
 
 __all__ = ["IlpPlanner", "memory_use", "parked_values", "spill_cycles", "stage_costs"]

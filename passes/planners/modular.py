@@ -1,10 +1,11 @@
 """Modular planner: dependency modules on runs of clusters, refined by a local search.
 
-The graph is cut into dependency modules (:mod:`tvm_chiplet.passes.analysis.modules`); each
-module takes a contiguous run of clusters in the topology's snake order. A deterministic local
-search then moves ops, chains and module boundaries to lower a model of the batch time that
-counts compute, SRAM overflow, link congestion and DRAM load, and the device simulator judges
-the candidates. See :class:`ModularPlanner`. No TVM here.
+The graph is cut into dependency modules
+(:mod:`tvm_chiplet.passes.analysis.dependency_modules`); each module takes a contiguous run of
+clusters in the topology's snake order. A deterministic local search then moves ops, chains and
+module boundaries to lower an estimate of the batch time that counts compute, SRAM overflow,
+link congestion and DRAM load, and the device simulator judges the candidates. See
+:class:`ModularPlanner`. No TVM here.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 
-from tvm_chiplet.passes.analysis.modules import (
+from tvm_chiplet.passes.analysis.dependency_modules import (
     apportion,
     compute_dependencies,
     dependency_modules,
@@ -29,7 +30,7 @@ from tvm_chiplet.passes.analysis.modules import (
 from tvm_chiplet.passes.planners.base import PlanningProblem
 from tvm_chiplet.passes.planners.dram import balance_dram
 from tvm_chiplet.passes.planners.evaluate import simulate_placement
-from tvm_chiplet.passes.planners.pipeline import min_bottleneck_partition
+from tvm_chiplet.passes.planners.partition import min_bottleneck_partition
 from tvm_chiplet.passes.planners.placement import Placement, PlanningError
 from tvm_chiplet.targets.workload import controller_shares, overflow_bytes
 
@@ -38,7 +39,7 @@ _REL_TOL = 1e-12
 
 @dataclass(frozen=True)
 class _Score:
-    """The model's verdict on one assignment of compute ops to clusters."""
+    """The estimator's verdict on one assignment of compute ops to clusters."""
 
     objective: float  # predicted cycles per batch (primary)
     spread: float  # sum of squared resource loads (tie-break)
@@ -61,8 +62,9 @@ class _Score:
         )
 
 
-class _CostModel:
-    """Batch-time model of a placement of the compute ops (see :class:`ModularPlanner`)."""
+class _BatchTimeEstimator:
+    """Estimated cycles per batch of an assignment of the compute ops to clusters (see
+    :class:`ModularPlanner`); the local search's objective, the simulator judges its results."""
 
     def __init__(self, problem: PlanningProblem, batches: int, policy: str) -> None:
         graph, system, topology = problem.graph, problem.system, problem.topology
@@ -206,22 +208,22 @@ class _CostModel:
 class _Search:
     """Deterministic first-improvement local search over assignments (see ModularPlanner)."""
 
-    def __init__(self, problem: PlanningProblem, model: _CostModel, module: np.ndarray,
-                 depth: list[int], seed: int) -> None:
-        self.model = model
+    def __init__(self, problem: PlanningProblem, estimator: _BatchTimeEstimator,
+                 module: np.ndarray, depth: list[int], seed: int) -> None:
+        self.estimator = estimator
         self.rng = np.random.default_rng(seed)
-        self.depth = np.array(depth, dtype=np.int64)[model.ops]
-        self.num_clusters = model.num_clusters
+        self.depth = np.array(depth, dtype=np.int64)[estimator.ops]
+        self.num_clusters = estimator.num_clusters
         self.neighbours = [
             sorted(problem.topology.graph.successors(c)) for c in range(self.num_clusters)
         ]
-        pos = {op: i for i, op in enumerate(model.ops)}
+        pos = {op: i for i, op in enumerate(estimator.ops)}
         self.groups = [
             np.array([pos[o] for o in group if o in pos], dtype=np.int64)
             for group in serial_groups(problem.graph)
         ]
         self.groups = [g for g in self.groups if len(g)]
-        self.group_of = np.zeros(len(model.ops), dtype=np.int64)
+        self.group_of = np.zeros(len(estimator.ops), dtype=np.int64)
         for index, group in enumerate(self.groups):
             self.group_of[group] = index
         self.module = module
@@ -230,7 +232,7 @@ class _Search:
     def run(self, assign: np.ndarray, iterations: int, deadline: float
             ) -> tuple[list[tuple[np.ndarray, _Score, np.ndarray]], dict]:
         """Search from ``assign``; returns every accepted state (the first is ``assign``)."""
-        best = self.model.score(assign)
+        best = self.estimator.score(assign)
         trajectory = [(assign, best, self.module)]
         rounds = idle = 0
         while idle < iterations and time.perf_counter() < deadline:
@@ -239,7 +241,7 @@ class _Search:
             if candidate is None:
                 idle += 1
                 continue
-            score = self.model.score(candidate)
+            score = self.estimator.score(candidate)
             if score.better_than(best):
                 assign, best = candidate, score
                 if module is not None:
@@ -269,21 +271,22 @@ class _Search:
 
     def _focus(self, assign: np.ndarray, score: _Score) -> int:
         """A cluster whose ops or weights feed the current bottleneck."""
-        model, kind = self.model, score.bottleneck[0]
+        estimator, kind = self.estimator, score.bottleneck[0]
         if kind == "cluster":
             return score.bottleneck[1]
         if kind == "dram":
             return self._pick(np.arange(self.num_clusters), score.streamed)
         link, c = score.bottleneck[1], self.num_clusters
         data = np.array([
-            nbytes if link in model.pair(int(assign[u]), int(assign[v]))[2] else 0.0
-            for u, v, nbytes in zip(model.dep_src, model.dep_dst, model.dep_bytes, strict=True)
+            nbytes if link in estimator.pair(int(assign[u]), int(assign[v]))[2] else 0.0
+            for u, v, nbytes in zip(estimator.dep_src, estimator.dep_dst, estimator.dep_bytes,
+                                    strict=True)
         ])
-        fetch = score.streamed * model.fetch_inv[:, link]
+        fetch = score.streamed * estimator.fetch_inv[:, link]
         if self.rng.random() * (data.sum() + fetch.sum()) < fetch.sum():
             return self._pick(np.arange(c), fetch)
         dep = self._pick(np.arange(len(data)), data)
-        ends = (model.dep_src[dep], model.dep_dst[dep])
+        ends = (estimator.dep_src[dep], estimator.dep_dst[dep])
         return int(assign[ends[int(self.rng.integers(2))]])
 
     def _unit(self, op: int, assign: np.ndarray) -> np.ndarray:
@@ -308,9 +311,9 @@ class _Search:
     def _cross(self, assign: np.ndarray, score: _Score, cluster: int) -> np.ndarray | None:
         """Move an op of ``cluster`` that talks to another cluster (or an idle neighbour)
         over there: a stage boundary moves by one op, which keeps the dataflow acyclic."""
-        model = self.model
+        estimator = self.estimator
         mine = assign == cluster
-        edges = np.flatnonzero(mine[model.dep_src] != mine[model.dep_dst])
+        edges = np.flatnonzero(mine[estimator.dep_src] != mine[estimator.dep_dst])
         idle = [n for n in self.neighbours[cluster] if score.compute[n] == 0]
         if idle and (not len(edges) or self.rng.random() < 0.2):
             ops = np.flatnonzero(mine)
@@ -318,8 +321,8 @@ class _Search:
             return self._move(assign, self._unit(op, assign), int(self.rng.choice(idle)))
         if not len(edges):
             return None
-        dep = self._pick(edges, model.dep_bytes[edges] + 1.0)
-        src, dst = int(model.dep_src[dep]), int(model.dep_dst[dep])
+        dep = self._pick(edges, estimator.dep_bytes[edges] + 1.0)
+        src, dst = int(estimator.dep_src[dep]), int(estimator.dep_dst[dep])
         op, other = (src, dst) if assign[src] == cluster else (dst, src)
         return self._move(assign, self._unit(op, assign), int(assign[other]))
 
@@ -339,16 +342,16 @@ class _Search:
     def _shed_weights(self, assign: np.ndarray, score: _Score, cluster: int
                       ) -> np.ndarray | None:
         """Move weights off streaming ``cluster``: to a cluster it talks to, or one with room."""
-        model = self.model
-        ops = np.flatnonzero((assign == cluster) & (model.weights > 0))
+        estimator = self.estimator
+        ops = np.flatnonzero((assign == cluster) & (estimator.weights > 0))
         if not len(ops):
             return None
-        op = self._pick(ops, model.weights[ops])
+        op = self._pick(ops, estimator.weights[ops])
         unit = self._unit(op, assign)
-        talks = {int(assign[p]) for p, _ in model.preds[op]} | {
-            int(assign[q]) for q in model.succs[op]}
-        room = model.sram - score.weights
-        fits = set(np.flatnonzero(room >= model.weights[unit].sum()).tolist())
+        talks = {int(assign[p]) for p, _ in estimator.preds[op]} | {
+            int(assign[q]) for q in estimator.succs[op]}
+        room = estimator.sram - score.weights
+        fits = set(np.flatnonzero(room >= estimator.weights[unit].sum()).tolist())
         options = sorted((talks | (fits & set(self.neighbours[cluster]))) - {cluster})
         if not options:
             return None
@@ -375,7 +378,8 @@ class _Search:
         fallback = int(assign[taken.min() if forward else taken.max()])
         moved = assign.copy()
         for op in ops:
-            near = (self.model.succs[op] if forward else [p for p, _ in self.model.preds[op]])
+            near = (self.estimator.succs[op] if forward
+                    else [p for p, _ in self.estimator.preds[op]])
             near = [q for q in near if self.module[q] == taker]
             moved[op] = int(assign[near[0]]) if near else fallback
         module = self.module.copy()
@@ -386,10 +390,10 @@ class _Search:
 class ModularPlanner:
     """Dependency modules on runs of clusters, refined by a local search, judged by simulation.
 
-    1. **Modules.** :func:`~tvm_chiplet.passes.analysis.modules.dependency_modules` cuts the
-       graph at depth levels that few bytes cross (at most one module per cluster), and
-       :func:`~tvm_chiplet.passes.analysis.modules.resource_bounds` estimates each module's
-       clusters from its share of FLOPs and weights.
+    1. **Modules.** :func:`~.dependency_modules.dependency_modules` cuts the graph at depth
+       levels that few bytes cross (at most one module per cluster), and
+       :func:`~.dependency_modules.resource_bounds` estimates each module's clusters from its
+       share of FLOPs and weights.
     2. **Initial placement.** Modules take consecutive runs of clusters in the topology's snake
        order (neighbours). A dynamic program over the modules sizes the runs to minimise the
        slowest cluster, each module taking between 1 and twice its resource bound (and no more
@@ -495,11 +499,11 @@ class ModularPlanner:
             n = len(graph.ops)
             return Placement(self.name, (order[0],) * n, (0,) * n, (order[0],), 0.0,
                              {"modules": 0})
-        models = {"interleave": _CostModel(problem, self.batches, "interleave")}
+        estimators = {"interleave": _BatchTimeEstimator(problem, self.batches, "interleave")}
         streaming = graph.total_weight_bytes > problem.system.total_sram_bytes
         if streaming and problem.system.drams:
             # Streaming dominates, so where the weights live in DRAM matters.
-            models["nearest"] = _CostModel(problem, self.batches, "nearest")
+            estimators["nearest"] = _BatchTimeEstimator(problem, self.batches, "nearest")
         rows: list[dict] = []
         judged: list[tuple[float, int, Placement]] = []
 
@@ -512,24 +516,24 @@ class ModularPlanner:
 
         layouts = []
         for target in self._module_targets(len(order)):
-            layout = _Layout.build(problem, models["interleave"], target, order)
-            cycles = judge(layout.placement(problem, models["interleave"], layout.assign,
+            layout = _Layout.build(problem, estimators["interleave"], target, order)
+            cycles = judge(layout.placement(problem, estimators["interleave"], layout.assign,
                                             layout.module, "interleave"),
                            candidate=f"initial/{target}", modules=len(layout.modules),
-                           objective=models["interleave"].score(layout.assign).objective)
+                           objective=estimators["interleave"].score(layout.assign).objective)
             layouts.append((cycles, len(layouts), layout))
         layout = min(layouts, key=lambda row: row[:2])[2]
         depth = op_depth(graph)
         stats = {}
-        for index, (policy, model) in enumerate(models.items()):
-            search = _Search(problem, model, layout.module, depth, self.seed + index)
-            deadline = started + self.time_limit * (index + 1) / len(models)
+        for index, (policy, estimator) in enumerate(estimators.items()):
+            search = _Search(problem, estimator, layout.module, depth, self.seed + index)
+            deadline = started + self.time_limit * (index + 1) / len(estimators)
             trajectory, stats[policy] = search.run(layout.assign, self.iterations, deadline)
             for step in _checkpoints(len(trajectory), self.checkpoints):
                 if step == 0 and policy == "interleave":
                     continue  # judged above
                 assign, score, module = trajectory[step]
-                judge(layout.placement(problem, model, assign, module, policy),
+                judge(layout.placement(problem, estimator, assign, module, policy),
                       candidate=f"search/{step}", modules=len(layout.modules),
                       objective=score.objective)
         # Where streamed weights live: the controller mix that unloads the busiest link or
@@ -571,7 +575,7 @@ class _Layout:
     module: np.ndarray  # module of every compute op (position)
 
     @classmethod
-    def build(cls, problem: PlanningProblem, model: _CostModel, target: int,
+    def build(cls, problem: PlanningProblem, estimator: _BatchTimeEstimator, target: int,
               order: list[int]) -> _Layout:
         graph = problem.graph
         modules = dependency_modules(graph, target, max_modules=len(order))
@@ -580,21 +584,21 @@ class _Layout:
         # The bounds estimate from FLOP and weight shares; the allocation may give a module up
         # to twice its bound (never more clusters than ops).
         caps = [max(1, min(m.compute_ops, 2 * b)) for m, b in zip(modules, bounds, strict=True)]
-        pos = {op: i for i, op in enumerate(model.ops)}
+        pos = {op: i for i, op in enumerate(estimator.ops)}
         groups = [[[pos[o] for o in g if o in pos] for g in m.parallel_groups] for m in modules]
-        runs, assign = _allocate(problem, model, [[g for g in gs if g] for gs in groups], caps,
+        runs, assign = _allocate(problem, estimator, [[g for g in gs if g] for gs in groups], caps,
                                  order)
-        module = np.zeros(len(model.ops), dtype=np.int64)
+        module = np.zeros(len(estimator.ops), dtype=np.int64)
         for m in modules:
             module[[pos[o] for o in m.ops if o in pos]] = m.index
         return cls(modules, bounds, runs, assign, module)
 
-    def placement(self, problem: PlanningProblem, model: _CostModel, assign: np.ndarray,
-                  module: np.ndarray, policy: str) -> Placement:
+    def placement(self, problem: PlanningProblem, estimator: _BatchTimeEstimator,
+                  assign: np.ndarray, module: np.ndarray, policy: str) -> Placement:
         """Every op placed: plumbing ops on their first producer's cluster and module."""
         graph = problem.graph
-        cluster = dict(zip(model.ops, assign.tolist(), strict=True))
-        stage = dict(zip(model.ops, module.tolist(), strict=True))
+        cluster = dict(zip(estimator.ops, assign.tolist(), strict=True))
+        stage = dict(zip(estimator.ops, module.tolist(), strict=True))
         for m in self.modules:
             for op in m.ops:
                 stage.setdefault(op, m.index)
@@ -610,7 +614,7 @@ class _Layout:
             op_cluster=tuple(cluster[i] for i in range(n)),
             op_stage=tuple(stage[i] for i in range(n)),
             stage_clusters=tuple(run[0] for run in self.runs),
-            objective_cycles=model.score(assign).objective,
+            objective_cycles=estimator.score(assign).objective,
             dram_policy=policy,
         )
 
@@ -622,8 +626,9 @@ def _checkpoints(length: int, count: int) -> list[int]:
     return sorted({round(i * (length - 1) / (count - 1)) for i in range(count)})
 
 
-def _allocate(problem: PlanningProblem, model: _CostModel, groups: list[list[list[int]]],
-              caps: list[int], order: list[int]) -> tuple[list[list[int]], np.ndarray]:
+def _allocate(problem: PlanningProblem, estimator: _BatchTimeEstimator,
+              groups: list[list[list[int]]], caps: list[int],
+              order: list[int]) -> tuple[list[list[int]], np.ndarray]:
     """Runs of clusters for the modules minimising the slowest cluster, and the assignment.
 
     ``groups[i]`` are module ``i``'s parallel groups (op positions). Dynamic program over the
@@ -634,14 +639,14 @@ def _allocate(problem: PlanningProblem, model: _CostModel, groups: list[list[lis
     cluster, less streaming).
     """
     m, n = len(groups), len(order)
-    total = [float(model.cycles[[p for g in gs for p in g], order[0]].sum()) for gs in groups]
+    total = [float(estimator.cycles[[p for g in gs for p in g], order[0]].sum()) for gs in groups]
     prefix = np.concatenate([[0.0], np.cumsum(total)]) / max(sum(total), 1e-300)
     cost = []
     for i, gs in enumerate(groups):
         row = {}
         for k in range(1, min(caps[i], n - (m - 1)) + 1):
             start = min(round(prefix[i] * n), n - k)
-            row[k] = _place_module(problem, model, gs, order[start:start + k])[1]
+            row[k] = _place_module(problem, estimator, gs, order[start:start + k])[1]
         cost.append(row)
     # best[i][q] = (slowest, sum of the modules' slowest) of modules 0..i-1 on q clusters:
     # the bottleneck first, then every other module as fast as the clusters allow.
@@ -662,16 +667,17 @@ def _allocate(problem: PlanningProblem, model: _CostModel, groups: list[list[lis
         sizes.append(int(take[i, q]))
         q -= sizes[-1]
     runs, start = [], 0
-    assign = np.zeros(len(model.ops), dtype=np.int64)
+    assign = np.zeros(len(estimator.ops), dtype=np.int64)
     for gs, k in zip(groups, sizes[::-1], strict=True):
         runs.append(order[start:start + k])
         start += k
-        for positions, cluster in _place_module(problem, model, gs, runs[-1])[0]:
+        for positions, cluster in _place_module(problem, estimator, gs, runs[-1])[0]:
             assign[positions] = cluster
     return runs, assign
 
 
-def _place_module(problem: PlanningProblem, model: _CostModel, groups: list[list[int]],
+def _place_module(problem: PlanningProblem, estimator: _BatchTimeEstimator,
+                  groups: list[list[int]],
                   run: list[int]) -> tuple[list[tuple[list[int], int]], float]:
     """A module's ops on ``run``: ``([(positions, cluster)], slowest cluster's cycles)``.
 
@@ -681,42 +687,42 @@ def _place_module(problem: PlanningProblem, model: _CostModel, groups: list[list
     """
     if len(groups) >= len(run):
         load = {c: [] for c in run}
-        for group in sorted(groups, key=lambda g: (-float(model.cycles[g, run[0]].sum()), g)):
-            cluster = min(run, key=lambda c: (_cluster_cycles(problem, model, load[c], c), c))
+        for group in sorted(groups, key=lambda g: (-float(estimator.cycles[g, run[0]].sum()), g)):
+            cluster = min(run, key=lambda c: (_cluster_cycles(problem, estimator, load[c], c), c))
             load[cluster] = load[cluster] + group
         pieces = [(ops, c) for c, ops in load.items() if ops]
-        return pieces, max(_cluster_cycles(problem, model, ops, c) for ops, c in pieces)
-    shares = apportion([float(model.cycles[g, run[0]].sum()) for g in groups],
+        return pieces, max(_cluster_cycles(problem, estimator, ops, c) for ops, c in pieces)
+    shares = apportion([float(estimator.cycles[g, run[0]].sum()) for g in groups],
                         [len(g) for g in groups], len(run))
     pieces, slowest, start = [], 0.0, 0
     for group, share in zip(groups, shares, strict=True):
         clusters = run[start:start + share]
         start += share
-        segments, bottleneck = _segments(problem, model, group, clusters)
+        segments, bottleneck = _segments(problem, estimator, group, clusters)
         pieces += list(zip(segments, clusters, strict=False))
         slowest = max(slowest, bottleneck)
     return pieces, slowest
 
 
-def _cluster_cycles(problem: PlanningProblem, model: _CostModel, positions: list[int],
-                    cluster: int) -> float:
+def _cluster_cycles(problem: PlanningProblem, estimator: _BatchTimeEstimator,
+                    positions: list[int], cluster: int) -> float:
     """Cycles of ``positions`` on ``cluster``, weights streamed if they overflow its SRAM."""
     if not positions:
         return 0.0
-    ops = [model.ops[p] for p in positions]
-    fits = model.weights[positions].sum() <= problem.system.clusters[cluster].sram_bytes
+    ops = [estimator.ops[p] for p in positions]
+    fits = estimator.weights[positions].sum() <= problem.system.clusters[cluster].sram_bytes
     table = problem.op_cycles if fits else problem.op_cycles_streamed
     return float(table[ops, cluster].sum())
 
 
-def _segments(problem: PlanningProblem, model: _CostModel, group: list[int],
+def _segments(problem: PlanningProblem, estimator: _BatchTimeEstimator, group: list[int],
               clusters: list[int]) -> tuple[list[list[int]], float]:
     """``group`` (positions in topological order) cut into at most ``len(clusters)`` segments
     by the pipeline planner's exact bottleneck DP; returns the segments and the bottleneck."""
     index = {op: k for k, op in enumerate(group)}
     cut = np.zeros(len(group) + 1)
     for v in group:
-        for u, nbytes in model.preds[v]:
+        for u, nbytes in estimator.preds[v]:
             if u in index:
                 cut[index[u] + 1] += nbytes
                 cut[index[v] + 1] -= nbytes
@@ -724,11 +730,11 @@ def _segments(problem: PlanningProblem, model: _CostModel, group: list[int],
     boundary = np.zeros((len(clusters), len(group) + 1))
     for k in range(1, len(clusters)):
         boundary[k] = [problem.transfer_cycles(b, clusters[k - 1], clusters[k]) for b in cut]
-    ops = [model.ops[p] for p in group]
+    ops = [estimator.ops[p] for p in group]
     capacity = np.array([problem.system.clusters[c].sram_bytes for c in clusters], dtype=float)
     bottleneck, starts = min_bottleneck_partition(
         problem.op_cycles[np.ix_(ops, clusters)], boundary, None,
-        problem.op_cycles_streamed[np.ix_(ops, clusters)], model.weights[group], capacity,
+        problem.op_cycles_streamed[np.ix_(ops, clusters)], estimator.weights[group], capacity,
     )
     bounds = [*starts, len(group)]
     return [group[lo:hi] for lo, hi in itertools.pairwise(bounds)], bottleneck

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 import tvm_ffi
 
+from tvm_chiplet.targets.workload import DRAM_POLICIES
+
 
 @tvm_ffi.register_error
 class PlanningError(ValueError):
@@ -23,10 +25,6 @@ WEIGHT_DIMS = ("out_channels", "in_channels", "cols", "reduction")
 
 REDUCTION_DIMS = ("in_channels", "reduction")
 """Dimensions whose parts produce partial sums, combined by additions."""
-
-
-DRAM_POLICIES = ("interleave", "nearest", "balanced")
-"""Where streamed weights live: see :attr:`Placement.dram_policy`."""
 
 
 def part_bytes(input_bytes: float, output_bytes: float, weight_bytes: float, dim: str | None,
@@ -90,7 +88,7 @@ class Placement:
     notes : dict
         Planner-specific facts worth reporting (gap, candidates, ...).
     splits : tuple of OpSplit
-        Ops split across several clusters (tensor-parallel); realised by SplitOperators.
+        Ops split across several clusters (tensor-parallel); realised by DistributeTensors.
     dram_policy : str
         Where streamed weights live in DRAM: ``"interleave"`` over every controller,
         ``"nearest"``: in the controller nearest the cluster that reads them, or

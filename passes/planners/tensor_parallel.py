@@ -1,13 +1,13 @@
 """Planners ``tensor-parallel`` and the ``layer-sequential`` baseline: ops split across clusters.
 
 Both return a :class:`Placement` whose :attr:`~Placement.splits` name the ops to split, the
-dimension and the clusters of the parts; SplitOperators realises them as sub-ops on slices plus
-a concat (or, for a reduction dimension, an add) on the op's own cluster.
+dimension and the clusters of the parts; DistributeTensors realises them with the parts kept
+distributed, and collectives only where a consumer needs another layout.
 """
 
 from __future__ import annotations
 
-from tvm_chiplet.passes.analysis.modules import op_depth
+from tvm_chiplet.passes.analysis.dependency_modules import op_depth
 from tvm_chiplet.passes.planners.base import PlanningProblem
 from tvm_chiplet.passes.planners.placement import (
     WEIGHT_DIMS,
@@ -35,7 +35,7 @@ def hub_cluster(problem: PlanningProblem) -> int:
 
 
 def depth_modules(problem: PlanningProblem) -> list[list[int]]:
-    """Ops grouped by their depth (:func:`~tvm_chiplet.passes.analysis.modules.op_depth`)."""
+    """Ops grouped by their depth (:func:`~.dependency_modules.op_depth`)."""
     modules: dict[int, list[int]] = {}
     for node, depth in enumerate(op_depth(problem.graph)):
         modules.setdefault(depth, []).append(node)

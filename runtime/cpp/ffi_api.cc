@@ -1,10 +1,11 @@
 /*!
  * \file ffi_api.cc
- * \brief tvm-ffi entry points of the simulator: `chiplet.sim.run`, `chiplet.sim.run_flit`,
- *        `chiplet.sim.start` (a simulation run in slices) and `chiplet.sim.network_models`.
+ * \brief tvm-ffi entry points of the simulator: `chiplet.sim.start` (a simulation run in
+ *        slices) and `chiplet.sim.network_models`.
  *
- * Arrays come in as DLPack tensors (numpy through tvm_ffi) and are checked here; results are
- * written into caller-allocated float64 arrays.
+ * Arrays come in as DLPack tensors (numpy through tvm_ffi); their dtype and shape are checked
+ * here, their values by the Python caller (runtime/simulator.py). Results are written into
+ * caller-allocated float64 arrays.
  */
 #include <tvm/ffi/container/array.h>
 #include <tvm/ffi/container/tensor.h>
@@ -15,7 +16,6 @@
 
 #include <cmath>
 #include <functional>
-#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -101,44 +101,17 @@ void Prepare(TensorView task_cluster, TensorView task_cycles, int64_t num_cluste
   CheckOutput(message_arrival, "message_arrival", batches, num_messages);
   CheckOutput(link_busy, "link_busy", 1, num_links);
 
+  // Values (cluster and task indices, cycles, bytes, links, bandwidths) are validated once,
+  // with the tasks' and messages' names, by runtime/simulator.py before it calls here.
   const int64_t* clusters = Data<int64_t>(task_cluster);
   const double* cycles = Data<double>(task_cycles);
-  for (int64_t t = 0; t < num_tasks; ++t) {
-    TVM_FFI_CHECK(clusters[t] >= 0 && clusters[t] < num_clusters, ValueError)
-        << "task " << t << " is on cluster " << clusters[t] << ", expected 0.."
-        << num_clusters - 1;
-    TVM_FFI_CHECK(std::isfinite(cycles[t]) && cycles[t] >= 0.0, ValueError)
-        << "task " << t << " has " << cycles[t] << " cycles, expected a finite value >= 0";
-  }
   const int64_t* src = Data<int64_t>(message_src);
   const int64_t* dst = Data<int64_t>(message_dst);
   const double* bytes = Data<double>(message_bytes);
   const int64_t* offsets = Data<int64_t>(route_offsets);
   const int64_t* links = Data<int64_t>(route_links);
-  TVM_FFI_CHECK(offsets[0] == 0 && offsets[num_messages] == route_links.size(0), ValueError)
-      << "route_offsets must start at 0 and end at len(route_links) = " << route_links.size(0);
-  for (int64_t m = 0; m < num_messages; ++m) {
-    TVM_FFI_CHECK(src[m] >= 0 && src[m] < num_tasks && dst[m] >= 0 && dst[m] < num_tasks,
-                  ValueError)
-        << "message " << m << " joins tasks " << src[m] << " -> " << dst[m] << ", expected 0.."
-        << num_tasks - 1;
-    TVM_FFI_CHECK(std::isfinite(bytes[m]) && bytes[m] >= 0.0, ValueError)
-        << "message " << m << " has " << bytes[m] << " bytes, expected a finite value >= 0";
-    TVM_FFI_CHECK(offsets[m] <= offsets[m + 1], ValueError)
-        << "route_offsets must not decrease, but it does at message " << m;
-  }
-  for (int64_t i = 0; i < route_links.size(0); ++i) {
-    TVM_FFI_CHECK(links[i] >= 0 && links[i] < num_links, ValueError)
-        << "route entry " << i << " is link " << links[i] << ", expected 0.." << num_links - 1;
-  }
   const double* bandwidth = Data<double>(link_bandwidth);
   const double* latency = Data<double>(link_latency);
-  for (int64_t l = 0; l < num_links; ++l) {
-    TVM_FFI_CHECK(std::isfinite(bandwidth[l]) && bandwidth[l] > 0.0, ValueError)
-        << "link " << l << " has bandwidth " << bandwidth[l] << ", expected a finite value > 0";
-    TVM_FFI_CHECK(std::isfinite(latency[l]) && latency[l] >= 0.0, ValueError)
-        << "link " << l << " has latency " << latency[l] << ", expected a finite value >= 0";
-  }
 
   NetworkSpec& spec = state->spec;
   spec.num_links = num_links;
@@ -169,52 +142,8 @@ void Prepare(TensorView task_cluster, TensorView task_cycles, int64_t num_cluste
       std::make_unique<Simulation>(graph, spec, batches, state->model.get(), out);
 }
 
-int64_t RunModel(TensorView task_cluster, TensorView task_cycles, int64_t num_clusters,
-                 TensorView message_src, TensorView message_dst, TensorView message_bytes,
-                 TensorView route_offsets, TensorView route_links, TensorView link_bandwidth,
-                 TensorView link_latency, int64_t batches, const ModelFactory& make_model,
-                 TensorView task_start, TensorView task_end, TensorView message_arrival,
-                 TensorView link_busy) {
-  RunState state;
-  Prepare(task_cluster, task_cycles, num_clusters, message_src, message_dst, message_bytes,
-          route_offsets, route_links, link_bandwidth, link_latency, batches, make_model,
-          task_start, task_end, message_arrival, link_busy, &state);
-  state.simulation->Run(std::numeric_limits<double>::infinity());
-  return state.simulation->FinishedTasks();
-}
-
-int64_t Run(TensorView task_cluster, TensorView task_cycles, int64_t num_clusters,
-            TensorView message_src, TensorView message_dst, TensorView message_bytes,
-            TensorView route_offsets, TensorView route_links, TensorView link_bandwidth,
-            TensorView link_latency, int64_t batches, tvm::ffi::String network,
-            TensorView task_start, TensorView task_end, TensorView message_arrival,
-            TensorView link_busy) {
-  std::string name(network);
-  return RunModel(
-      task_cluster, task_cycles, num_clusters, message_src, message_dst, message_bytes,
-      route_offsets, route_links, link_bandwidth, link_latency, batches,
-      [&name](const NetworkSpec& spec, int64_t b) { return MakeNetworkModel(name, spec, b); },
-      task_start, task_end, message_arrival, link_busy);
-}
-
-/*! \brief `Run` with the cycle-level flit network; `flit_params` as in FlitParams::FromArray. */
-int64_t RunFlit(TensorView task_cluster, TensorView task_cycles, int64_t num_clusters,
-                TensorView message_src, TensorView message_dst, TensorView message_bytes,
-                TensorView route_offsets, TensorView route_links, TensorView link_bandwidth,
-                TensorView link_latency, int64_t batches, TensorView flit_params,
-                double flit_bytes, TensorView task_start, TensorView task_end,
-                TensorView message_arrival, TensorView link_busy) {
-  CheckArray(flit_params, "flit_params", kDLInt, FlitParams::kIntCount);
-  FlitParams params = FlitParams::FromArray(Data<int64_t>(flit_params), flit_bytes);
-  return RunModel(
-      task_cluster, task_cycles, num_clusters, message_src, message_dst, message_bytes,
-      route_offsets, route_links, link_bandwidth, link_latency, batches,
-      [&params](const NetworkSpec& spec, int64_t b) { return MakeFlitNetwork(spec, b, params); },
-      task_start, task_end, message_arrival, link_busy);
-}
-
 /*!
- * \brief Check the inputs and return a stepper `step(max_seconds) -> [done, finished task
+ * \brief Check the arrays' layout and return a stepper `step(max_seconds) -> [done, finished task
  *  instances, simulated cycles]` that runs the simulation for about `max_seconds` of wall time
  *  per call, so that the caller can report progress and stop between calls (dropping the
  *  stepper frees the simulation). `network` is a name of NetworkModelNames() or "flit", which
@@ -271,8 +200,6 @@ tvm::ffi::Array<tvm::ffi::String> NetworkModels() {
 
 TVM_FFI_STATIC_INIT_BLOCK() {
   tvm::ffi::reflection::GlobalDef()
-      .def("chiplet.sim.run", Run)
-      .def("chiplet.sim.run_flit", RunFlit)
       .def("chiplet.sim.start", Start)
       .def("chiplet.sim.network_models", NetworkModels);
 }

@@ -7,9 +7,10 @@ passes that drop into any ``tvm.transform.Sequential``.
 """
 
 from tvm_chiplet import passes
+from tvm_chiplet.build import build
 from tvm_chiplet.runtime.artifact import ChipletModule, load_module
-from tvm_chiplet.targets.lower import build
-from tvm_chiplet.targets.system import ChipletSystem, list_presets, load_system
+from tvm_chiplet.targets.system import ChipletSystem
+from tvm_chiplet.targets.system_toml import list_presets, load_system
 from tvm_chiplet.targets.target import parse_target
 
 __version__ = "0.1.0"

@@ -6,7 +6,7 @@ from tvm.script import tirx as T
 
 from tests.passes.ir_helpers import strip_call_attrs
 from tvm_chiplet.passes import AnnotatePlacement
-from tvm_chiplet.passes.annotate_placement import call_placement
+from tvm_chiplet.passes.attrs import call_placement
 from tvm_chiplet.passes.planners import Placement, PlanningError
 
 

@@ -6,16 +6,18 @@ import pytest
 
 import tvm_chiplet.tools.models
 from tvm_chiplet.passes import ReduceGraph
-from tvm_chiplet.passes.analysis.graph import OpGraph, OpNode
-from tvm_chiplet.passes.analysis.op_graph import extract_op_graph
-from tvm_chiplet.passes.planners import ilp
+from tvm_chiplet.passes.analysis.extract_op_graph import extract_op_graph
+from tvm_chiplet.passes.analysis.op_graph import OpGraph, OpNode
+from tvm_chiplet.passes.planners import ilp, ilp_solvers
 from tvm_chiplet.passes.planners.base import PlanningProblem
 from tvm_chiplet.passes.planners.evaluate import simulate_placement
 from tvm_chiplet.passes.planners.ilp import IlpPlanner, memory_use, stage_costs
-from tvm_chiplet.passes.planners.pipeline import PipelinePlanner
+from tvm_chiplet.passes.planners.pipeline_planner import PipelinePlanner
 from tvm_chiplet.passes.planners.placement import PlanningError
-from tvm_chiplet.targets.system import load_system
-from tvm_chiplet.targets.topology import Topology, mesh_system
+from tvm_chiplet.runtime.device import simulate_workload
+from tvm_chiplet.targets.system_generators import mesh_system
+from tvm_chiplet.targets.system_toml import load_system
+from tvm_chiplet.targets.topology import Topology
 from tvm_chiplet.tools.frontends import load_model
 
 
@@ -33,7 +35,7 @@ def make_graph(ops, edges):
 
 def make_problem(graph, clusters=3, sram_bytes=2 * 2**20, bandwidth=32.0):
     system = mesh_system(1, clusters, bandwidth=bandwidth, sram_bytes=sram_bytes)
-    return PlanningProblem(graph, system, Topology(system))
+    return PlanningProblem(graph, system, Topology(system), simulator=simulate_workload)
 
 
 # A residual block: op 0's value is parked across ops 1 and 2; weights do not all fit.
@@ -142,7 +144,7 @@ def test_never_worse_than_dp_warm_start_on_resnet18():
     model = tvm_chiplet.tools.models.get_model("resnet18")
     graph = extract_op_graph(ReduceGraph()(load_model(model)))
     system = load_system("mesh-4x4")
-    problem = PlanningProblem(graph, system, Topology(system))
+    problem = PlanningProblem(graph, system, Topology(system), simulator=simulate_workload)
     placement = IlpPlanner(time_limit=5).plan(problem)
     notes = placement.notes
     assert placement.objective_cycles <= notes["warm_start_objective"]
@@ -185,7 +187,7 @@ def test_interrupted_solve_returns_the_warm_start(monkeypatch):
     def interrupt(self, lp):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(ilp._Cbc, "solve", interrupt)
+    monkeypatch.setattr(ilp_solvers._Cbc, "solve", interrupt)
     problem = make_problem(RESIDUAL)
     placement = IlpPlanner().plan(problem)
     assert placement.notes["status"] == "interrupted"
@@ -210,7 +212,7 @@ def test_invalid_options_are_refused(options, message):
 
 
 def test_missing_highs_says_how_to_install_it(monkeypatch):
-    monkeypatch.setattr(ilp.pulp.HiGHS, "available", lambda self: False)
+    monkeypatch.setattr(ilp_solvers.pulp.HiGHS, "available", lambda self: False)
     with pytest.raises(PlanningError, match=r"pip install highspy"):
         IlpPlanner(solver="highs")
 

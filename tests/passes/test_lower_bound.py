@@ -10,17 +10,17 @@ import pytest
 
 import tvm_chiplet
 from tvm_chiplet.passes import ReduceGraph
-from tvm_chiplet.passes.analysis.graph import OpGraph, OpNode
+from tvm_chiplet.passes.analysis.extract_op_graph import extract_op_graph
 from tvm_chiplet.passes.analysis.lower_bound import (
     LowerBound,
     lower_bound,
     model_input_bytes,
     model_output_bytes,
 )
-from tvm_chiplet.passes.analysis.op_graph import extract_op_graph
-from tvm_chiplet.runtime.profile import simulate_plan
+from tvm_chiplet.passes.analysis.op_graph import OpGraph, OpNode
+from tvm_chiplet.runtime.device import simulate_plan
 from tvm_chiplet.targets.system import ChipletSystem
-from tvm_chiplet.targets.topology import mesh_system
+from tvm_chiplet.targets.system_generators import mesh_system
 from tvm_chiplet.tools import models
 from tvm_chiplet.tools.frontends import load_model
 
@@ -208,8 +208,8 @@ def test_bad_arguments_are_refused():
 @pytest.mark.parametrize("preset", ["cluster-4", "mesh-4x4", "simba-6x6"])
 def test_simulated_plans_never_beat_the_bound(model_name, preset):
     model = models.get_model(model_name)
-    graph = extract_op_graph(ReduceGraph()(load_model(model)))
     lib = tvm_chiplet.build(model, target=f"chiplet/{preset}")
+    graph = extract_op_graph(ReduceGraph()(load_model(model)), lib.system.device_dtype)
     for batches in (1, 8):
         sim = simulate_plan(lib.plan, lib.system, batches=batches)
         # The simulator starts with resident weights already in SRAM and models no host I/O.
@@ -224,3 +224,29 @@ def test_io_can_be_left_out_of_the_dram_term():
     spills = make_graph([(0.0, 100, 60, 2500)], input_uses=((0,),), output_ops=(0,))
     bound = lower_bound(spills, two_clusters(), 3, weights_preloaded=True, io_in_dram=False)
     assert bound.dram_bytes == 3 * 500
+
+
+def test_energy_term_is_every_mac_and_the_forced_dram_bytes_at_the_cheapest_rates():
+    from tests.runtime.test_device_energy import energy_system
+
+    system = energy_system(mac=0.5, dram=10.0)
+    graph = make_graph([(4000.0, 0, 0, 3000), (2000.0, 0, 0, 0)])
+    bound = lower_bound(graph, system, batches=4, weights_preloaded=True, io_in_dram=False)
+    overflow = 3000 - system.total_sram_bytes
+    assert bound.dram_bytes == 4 * overflow
+    assert bound.energy_pj == pytest.approx(4 * 6000 / 2 * 0.5 + 8 * 4 * overflow * 10.0)
+    assert bound.energy_per_inference_pj == pytest.approx(bound.energy_pj / 4)
+
+
+def test_energy_term_is_zero_without_coefficients():
+    assert lower_bound(make_graph([(4000.0, 0, 0, 0)]), two_clusters()).energy_pj == 0.0
+
+
+def test_simulated_energy_never_beats_the_energy_bound():
+    from tests.runtime.test_device_energy import energy_system, run
+
+    system = energy_system()
+    sim = run(system, batches=3, weight_bytes=3000.0)
+    graph = make_graph([(2000.0, 0, 64, 0), (4000.0, 64, 0, 3000)], edges=((0, 1, 64),))
+    bound = lower_bound(graph, system, batches=3, weights_preloaded=True, io_in_dram=False)
+    assert 0 < bound.energy_per_inference_pj <= sim.energy.total_pj

@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 
 from tvm_chiplet.passes import ReduceGraph
-from tvm_chiplet.passes.analysis.graph import OpGraph, OpNode
-from tvm_chiplet.passes.analysis.modules import (
+from tvm_chiplet.passes.analysis.dependency_modules import (
     Complexity,
     Module,
     compute_dependencies,
@@ -18,12 +17,15 @@ from tvm_chiplet.passes.analysis.modules import (
     resource_bounds,
     serial_groups,
 )
-from tvm_chiplet.passes.analysis.op_graph import extract_op_graph
+from tvm_chiplet.passes.analysis.extract_op_graph import extract_op_graph
+from tvm_chiplet.passes.analysis.op_graph import OpGraph, OpNode
 from tvm_chiplet.passes.planners.base import PlanningProblem
-from tvm_chiplet.passes.planners.modular import ModularPlanner, _CostModel, _Search
+from tvm_chiplet.passes.planners.modular import ModularPlanner, _BatchTimeEstimator, _Search
 from tvm_chiplet.passes.planners.placement import PlanningError
-from tvm_chiplet.targets.system import load_system
-from tvm_chiplet.targets.topology import Topology, mesh_system
+from tvm_chiplet.runtime.device import simulate_workload
+from tvm_chiplet.targets.system_generators import mesh_system
+from tvm_chiplet.targets.system_toml import load_system
+from tvm_chiplet.targets.topology import Topology
 from tvm_chiplet.tools import models
 from tvm_chiplet.tools.frontends import load_model
 
@@ -46,7 +48,7 @@ def make_graph(ops, edges, kinds=None):
 
 def make_problem(graph, rows=1, cols=3, **system):
     mesh = mesh_system(rows, cols, **system)
-    return PlanningProblem(graph, mesh, Topology(mesh))
+    return PlanningProblem(graph, mesh, Topology(mesh), simulator=simulate_workload)
 
 
 DIAMOND = make_graph([(1e6, 1000, 0)] * 4, [(0, 1), (0, 2), (1, 3), (2, 3)])
@@ -172,26 +174,26 @@ def test_congestion_term_moves_traffic_off_a_shared_link():
     # (6000) both cost more than keeping the flows apart.
     graph = make_graph([(6.1e6, 64 * 2**10, 0)] * 4, [(0, 2), (1, 3)])
     problem = make_problem(graph, cols=4)
-    model = _CostModel(problem, 64, "interleave")
+    estimator = _BatchTimeEstimator(problem, 64, "interleave")
     shared = np.array([0, 1, 2, 3])
-    assert model.score(shared).bottleneck[0] == "link"
+    assert estimator.score(shared).bottleneck[0] == "link"
     # Same hops and latency, opposite directions: only the congestion term tells them apart.
-    apart = model.score(np.array([0, 3, 2, 1]))
-    assert apart.makespan == model.score(shared).makespan
-    assert apart.objective < model.score(shared).objective
-    search = _Search(problem, model, np.zeros(4, dtype=np.int64), op_depth(graph), seed=0)
+    apart = estimator.score(np.array([0, 3, 2, 1]))
+    assert apart.makespan == estimator.score(shared).makespan
+    assert apart.objective < estimator.score(shared).objective
+    search = _Search(problem, estimator, np.zeros(4, dtype=np.int64), op_depth(graph), seed=0)
     trajectory, _ = search.run(shared, iterations=200, deadline=float("inf"))
     assign, score, _ = trajectory[-1]
     per_flow = 64 * 2**10 / 32.0
-    assert score.link_load.max() <= per_flow + 1e-6 < model.score(shared).link_load.max()
+    assert score.link_load.max() <= per_flow + 1e-6 < estimator.score(shared).link_load.max()
     assert len(set(assign.tolist())) == 4  # still one op per cluster
 
 
 def test_round_trips_are_refused_by_the_objective():
     problem = make_problem(CHAIN, cols=2)
-    model = _CostModel(problem, 64, "interleave")
-    assert model.score(np.array([0, 1, 0, 0])).objective == float("inf")
-    assert np.isfinite(model.score(np.array([0, 0, 1, 1])).objective)
+    estimator = _BatchTimeEstimator(problem, 64, "interleave")
+    assert estimator.score(np.array([0, 1, 0, 0])).objective == float("inf")
+    assert np.isfinite(estimator.score(np.array([0, 0, 1, 1])).objective)
 
 
 def test_planner_is_deterministic():
@@ -251,7 +253,7 @@ def test_bad_options_are_refused(options, message):
 def test_small_cnn_on_mesh():
     graph = extract_op_graph(ReduceGraph()(load_model(models.get_model("small-cnn"))))
     system = load_system("mesh-4x4")
-    problem = PlanningProblem(graph, system, Topology(system))
+    problem = PlanningProblem(graph, system, Topology(system), simulator=simulate_workload)
     modules = dependency_modules(graph, 4)
     assert sorted(op for m in modules for op in m.ops) == list(range(len(graph.ops)))
     placement = ModularPlanner(batches=8).plan(problem)

@@ -6,7 +6,7 @@ from tvm.script import tirx as T
 
 from tests.passes.ir_helpers import strip_call_attrs
 from tvm_chiplet.passes import AnnotatePlacement, PartitionByCluster
-from tvm_chiplet.passes.analysis.op_graph import AnalysisError
+from tvm_chiplet.passes.analysis.extract_op_graph import AnalysisError
 from tvm_chiplet.passes.planners import Placement
 
 

@@ -6,7 +6,7 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 
 from tvm_chiplet.passes import ReduceGraph
-from tvm_chiplet.passes.analysis.op_graph import CALL_TIR
+from tvm_chiplet.passes.attrs import CALL_TIR
 
 
 @I.ir_module
@@ -19,6 +19,19 @@ class Before:
             s = R.add(z, R.const(1.0, "float32"))
             R.output(s)
         return s
+
+
+@I.ir_module
+class QuantizedBefore:
+    @R.function
+    def main(x: R.Tensor((1, 8), "float32")):
+        with R.dataflow():
+            w = R.dequantize(R.const(np.arange(-16, 16, dtype="int8").reshape(8, 4)),
+                             R.const(0.1, "float32"), R.const(0, "int8"))
+            y = R.matmul(x, w)
+            z = R.nn.relu(y)
+            R.output(z)
+        return z
 
 
 def tvm_fused(mod):
@@ -43,6 +56,20 @@ def test_main_becomes_one_fused_call_tir():
     assert len(bindings) == 1
     assert bindings[0].value.op.same_as(CALL_TIR)
     assert "matmul" in bindings[0].value.args[0].name_hint
+
+
+def test_quantized_weight_reaches_the_fused_kernel_as_int8():
+    (binding,) = ReduceGraph()(QuantizedBefore)["main"].body.blocks[0].bindings
+    assert binding.value.args[0].name_hint == "fused_dequantize_matmul_relu"
+    weight = binding.value.args[1].fields[1]
+    assert isinstance(weight, tvm.ir.GenericConst) and str(weight.ty.dtype) == "int8"
+
+
+def test_without_fusion_the_dequantize_kernel_reads_the_int8_weight():
+    bindings = ReduceGraph(fuse=False)(QuantizedBefore)["main"].body.blocks[0].bindings
+    names = [b.value.args[0].name_hint for b in bindings]
+    assert names == ["dequantize", "matmul", "relu"]
+    assert str(bindings[0].value.args[1].fields[0].ty.dtype) == "int8"
 
 
 def test_without_fusion_each_op_keeps_its_call_tir():

@@ -6,10 +6,11 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 
 from tvm_chiplet.passes import ReduceGraph, ReplicateDataParallel
-from tvm_chiplet.passes.analysis.op_graph import extract_op_graph
+from tvm_chiplet.passes.analysis.extract_op_graph import extract_op_graph
 from tvm_chiplet.passes.planners import DataParallelPlanner, PlanningError, PlanningProblem
 from tvm_chiplet.passes.replicate_data_parallel import replica_batches
-from tvm_chiplet.targets.system import load_system
+from tvm_chiplet.runtime.device import simulate_workload
+from tvm_chiplet.targets.system_toml import load_system
 from tvm_chiplet.targets.topology import Topology
 
 
@@ -91,7 +92,8 @@ def test_batch_too_small_says_what_would_work():
 def test_planner_puts_each_replica_on_its_own_cluster():
     reduced = ReduceGraph()(ReplicateDataParallel(replicas=2)(Flatten))
     system = load_system("cluster-4")
-    problem = PlanningProblem(extract_op_graph(reduced), system, Topology(system))
+    problem = PlanningProblem(extract_op_graph(reduced), system, Topology(system),
+                              simulator=simulate_workload)
     placement = DataParallelPlanner().plan(problem)
     names = [op.name for op in problem.graph.ops]
     relu_clusters = {placement.op_cluster[i] for i, n in enumerate(names) if "relu" in n}
@@ -101,6 +103,7 @@ def test_planner_puts_each_replica_on_its_own_cluster():
 
 def test_planner_refuses_a_module_that_was_not_replicated():
     system = load_system("cluster-4")
-    problem = PlanningProblem(extract_op_graph(ReduceGraph()(Flatten)), system, Topology(system))
+    problem = PlanningProblem(extract_op_graph(ReduceGraph()(Flatten)), system, Topology(system),
+                              simulator=simulate_workload)
     with pytest.raises(PlanningError, match="rebuilt by ReplicateDataParallel"):
         DataParallelPlanner().plan(problem)

@@ -6,11 +6,12 @@ import pytest
 from tests.passes.test_ilp_planner import make_graph
 from tvm_chiplet.passes.planners.base import PlanningProblem
 from tvm_chiplet.passes.planners.evaluate import placement_items, simulate_placement
-from tvm_chiplet.passes.planners.pipeline import PipelinePlanner
+from tvm_chiplet.passes.planners.pipeline_planner import PipelinePlanner
 from tvm_chiplet.passes.planners.placement import Placement, PlanningError
-from tvm_chiplet.runtime.profile import simulate_workload
-from tvm_chiplet.targets.system import load_system
-from tvm_chiplet.targets.topology import Topology, mesh_system
+from tvm_chiplet.runtime.device import simulate_workload
+from tvm_chiplet.targets.system_generators import mesh_system
+from tvm_chiplet.targets.system_toml import load_system
+from tvm_chiplet.targets.topology import Topology
 from tvm_chiplet.targets.workload import (
     WorkItem,
     build_workload,
@@ -24,7 +25,7 @@ HEAVY_ACTIVATIONS = make_graph([(2e6, 4_000_000, 1000), (2e6, 64, 1000)], [(0, 1
 
 def problem_on(graph, rows=2, cols=2, sram_bytes=2 * 2**20):
     system = mesh_system(rows, cols, sram_bytes=sram_bytes)
-    return PlanningProblem(graph, system, Topology(system))
+    return PlanningProblem(graph, system, Topology(system), simulator=simulate_workload)
 
 
 def test_tilings_cut_the_grid_into_congruent_tiles_squarest_first():

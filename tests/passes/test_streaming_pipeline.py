@@ -10,14 +10,16 @@ from tests.passes.test_pipeline_planner import contiguous_partitions
 from tvm_chiplet.passes.planners.base import PlanningProblem
 from tvm_chiplet.passes.planners.dram import balance_dram
 from tvm_chiplet.passes.planners.evaluate import simulate_placement
-from tvm_chiplet.passes.planners.pipeline import (
+from tvm_chiplet.passes.planners.partition import min_streaming_partition
+from tvm_chiplet.passes.planners.pipeline_planner import (
     PipelinePlanner,
     candidate_orders,
-    min_streaming_partition,
     stream_rates,
 )
 from tvm_chiplet.passes.planners.placement import OpSplit, Placement, PlanningError
-from tvm_chiplet.targets.topology import Topology, mesh_system
+from tvm_chiplet.runtime.device import simulate_workload
+from tvm_chiplet.targets.system_generators import mesh_system
+from tvm_chiplet.targets.topology import Topology
 
 
 def brute_force(costs, weights, capacity, rate, dram, batches):
@@ -74,7 +76,7 @@ def overflowing_problem():
     system = mesh_system(2, 2, bandwidth=32.0, sram_bytes=1_000_000, dram_bandwidth=16.0,
                          dram_at=((0, 0), (1, 1)))
     split_dims = {op: {"out_channels": 64} for op in range(4)}
-    return PlanningProblem(graph, system, Topology(system), split_dims)
+    return PlanningProblem(graph, system, Topology(system), split_dims, simulator=simulate_workload)
 
 
 def test_planner_keeps_the_candidate_the_simulator_finds_fastest():
@@ -175,7 +177,8 @@ def test_loans_leave_room_for_split_parts_rounded_up_to_whole_slices():
     graph = make_graph([(4e6, 4000, 600_000), (8e6, 3000, 3_000_000)], [(0, 1)])
     system = mesh_system(1, 3, bandwidth=32.0, sram_bytes=1_000_000, dram_bandwidth=16.0,
                          dram_at=((0, 0),))
-    problem = PlanningProblem(graph, system, Topology(system), {0: {"out_channels": 3}})
+    problem = PlanningProblem(graph, system, Topology(system), {0: {"out_channels": 3}},
+                              simulator=simulate_workload)
     placement = Placement("manual", (1, 0), (0, 1), (1, 0),
                           splits=(OpSplit(0, "out_channels", (1, 2)),))
     lent = balance_dram(problem, placement, lend=True)

@@ -12,7 +12,9 @@ from tvm_chiplet.passes.planners import (
 )
 from tvm_chiplet.passes.planners.evaluate import placement_items, simulate_placement
 from tvm_chiplet.passes.planners.placement import OpSplit, Placement
-from tvm_chiplet.targets.topology import Topology, mesh_system
+from tvm_chiplet.runtime.device import simulate_workload
+from tvm_chiplet.targets.system_generators import mesh_system
+from tvm_chiplet.targets.topology import Topology
 
 # A chain of three heavy ops (conv-like) and one light op.
 CHAIN = make_graph(
@@ -25,7 +27,7 @@ DIMS = {0: {"out_channels": 64, "rows": 56}, 1: {"out_channels": 128, "in_channe
 
 def problem(clusters=4, dims=DIMS):
     system = mesh_system(2, clusters // 2, bandwidth=64.0)
-    return PlanningProblem(CHAIN, system, Topology(system), dims)
+    return PlanningProblem(CHAIN, system, Topology(system), dims, simulator=simulate_workload)
 
 
 def test_heavy_ops_are_split_and_light_ones_are_not():

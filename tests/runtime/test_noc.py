@@ -7,7 +7,8 @@ import pytest
 
 from tvm_chiplet.runtime.noc import FlitParams, NocResult, simulate_noc
 from tvm_chiplet.runtime.simulator import SimMessage, SimTask, simulate
-from tvm_chiplet.targets.topology import Topology, mesh_system
+from tvm_chiplet.targets.system_generators import mesh_system
+from tvm_chiplet.targets.topology import Topology
 
 SLOW_PIPELINE = FlitParams(
     routing_delay=2, vc_alloc_delay=0, switch_alloc_delay=1, switch_traversal_delay=2

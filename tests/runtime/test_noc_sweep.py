@@ -1,4 +1,4 @@
-"""Tests of the parallel NoC sweeps and throughput bounds (runtime/noc.py)."""
+"""Tests of the parallel NoC sweeps (runtime/noc.py) and the closed-form bounds they meet."""
 
 import multiprocessing
 
@@ -6,12 +6,14 @@ import numpy as np
 import pytest
 
 from tvm_chiplet.runtime.noc import (
-    channel_loads,
-    ideal_throughput,
-    mean_zero_load_latency,
     saturation_throughput,
     simulate_noc,
     sweep_noc,
+)
+from tvm_chiplet.tools.bench.noc_bounds import (
+    channel_loads,
+    ideal_throughput,
+    mean_zero_load_latency,
 )
 
 POINTS = [

@@ -9,6 +9,7 @@ from matplotlib.image import imread
 
 import tvm_chiplet
 from tvm_chiplet.passes.planners import PipelinePlanner
+from tvm_chiplet.runtime.device import simulate_plan
 from tvm_chiplet.runtime.plots import (
     gantt_chart,
     gantt_figure,
@@ -16,8 +17,7 @@ from tvm_chiplet.runtime.plots import (
     link_load_figure,
     write_report,
 )
-from tvm_chiplet.runtime.profile import simulate_plan
-from tvm_chiplet.targets.system import list_presets, load_preset
+from tvm_chiplet.targets.system_toml import list_presets, load_preset
 from tvm_chiplet.tools.models import get_model
 from tvm_chiplet.tools.tvmc import main
 
@@ -57,14 +57,16 @@ def synthetic_sim(system, batches=1):
     )
 
 
-def test_write_report_writes_both_pngs_and_no_temporary_files(compiled, tmp_path):
+def test_write_report_writes_every_png_and_no_temporary_files(compiled, tmp_path):
     module, sim = compiled
+    assert module.system.has_energy
     directory = tmp_path / "nested" / "report"
     paths = write_report(module.plan, module.system, sim, directory)
-    assert paths == [str(directory / "gantt.png"), str(directory / "link_load.png")]
+    names = ["gantt.png", "link_load.png", "energy.png"]
+    assert paths == [str(directory / name) for name in names]
     for path in paths:
         assert_png(Path(path))
-    assert sorted(p.name for p in directory.iterdir()) == ["gantt.png", "link_load.png"]
+    assert sorted(p.name for p in directory.iterdir()) == sorted(names)
 
 
 def test_write_report_overwrites_an_existing_report(compiled, tmp_path):

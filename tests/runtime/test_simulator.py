@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 import tvm_ffi
 
+from tests.runtime.simulator_reference import simulate_reference
 from tvm_chiplet.runtime import simulator
+from tvm_chiplet.runtime.noc import FlitParams
 from tvm_chiplet.runtime.simulator import (
     NETWORK_MODELS,
     SimMessage,
@@ -12,7 +14,6 @@ from tvm_chiplet.runtime.simulator import (
     SimTask,
     SimulationStalledError,
     simulate,
-    simulate_reference,
 )
 
 BOTH_SIMULATORS = pytest.mark.parametrize("run", [simulate, simulate_reference])
@@ -319,6 +320,9 @@ def _native_arguments(**overrides) -> list:
         "link_latency": floats(1.0),
         "batches": 1,
         "network": "flow",
+        "flit_params": FlitParams().int_array(),
+        "flit_bytes": 16.0,
+        "skip_dead_cycles": False,
         "task_start": np.zeros((1, 2)),
         "task_end": np.zeros((1, 2)),
         "message_arrival": np.zeros((1, 1)),
@@ -330,7 +334,8 @@ def _native_arguments(**overrides) -> list:
 
 def test_native_core_fills_outputs_and_reports_finished_instances():
     arguments = _native_arguments()
-    assert simulator._core()(*arguments) == 2
+    done, finished, _ = simulator._core()(*arguments)(10.0)
+    assert (done, finished) == (1.0, 2.0)
     task_start, task_end, message_arrival, link_busy = arguments[-4:]
     np.testing.assert_array_equal(task_start, [[0.0, 4.0]])
     np.testing.assert_array_equal(task_end, [[1.0, 6.0]])
@@ -344,8 +349,7 @@ def test_native_core_fills_outputs_and_reports_finished_instances():
         ({"task_cycles": np.array([1, 2], dtype=np.int64)}, TypeError, "task_cycles"),
         ({"task_cluster": np.zeros((2, 1), dtype=np.int64)}, TypeError, "task_cluster"),
         ({"task_end": np.zeros((1, 3))}, ValueError, "task_end"),
-        ({"route_links": np.array([4], dtype=np.int64)}, ValueError, "link 4"),
-        ({"network": "flit"}, ValueError, "expected one of 'analytical' 'flow'"),
+        ({"network": "bogus"}, ValueError, "expected one of 'analytical' 'flow'"),
     ],
 )
 def test_native_core_checks_its_arguments(override, error, match):
@@ -360,4 +364,4 @@ def test_missing_library_error_says_how_to_build_it(tmp_path):
 
 def test_library_registers_functions_with_tvm_ffi():
     simulator._core()
-    assert tvm_ffi.get_global_func("chiplet.sim.run", allow_missing=True) is not None
+    assert tvm_ffi.get_global_func("chiplet.sim.start", allow_missing=True) is not None

@@ -5,8 +5,10 @@ import math
 import pytest
 
 from tvm_chiplet.targets import cost_model
-from tvm_chiplet.targets.system import ChipletSystem, load_system
-from tvm_chiplet.targets.topology import Topology, mesh_system
+from tvm_chiplet.targets.system import ChipletSystem
+from tvm_chiplet.targets.system_generators import mesh_system
+from tvm_chiplet.targets.system_toml import load_system
+from tvm_chiplet.targets.topology import Topology
 
 
 def line_system():

@@ -7,7 +7,8 @@ from tvm import relax
 from tvm.script import ir as I
 from tvm.script import relax as R
 
-from tvm_chiplet.targets.system import PRESET_DIR, SystemConfigError, load_system, preset_names
+from tvm_chiplet.targets.system import SystemConfigError
+from tvm_chiplet.targets.system_toml import PRESET_DIR, load_system, preset_names
 from tvm_chiplet.targets.target import (
     ChipletTargetError,
     parse_target,

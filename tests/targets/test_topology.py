@@ -7,8 +7,10 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from tvm_chiplet.targets.system import ChipletSystem, load_system
-from tvm_chiplet.targets.topology import Topology, mesh_system, torus_system
+from tvm_chiplet.targets.system import ChipletSystem
+from tvm_chiplet.targets.system_generators import mesh_system, torus_system
+from tvm_chiplet.targets.system_toml import load_system
+from tvm_chiplet.targets.topology import Topology
 
 
 def all_pairs(system):
@@ -267,17 +269,6 @@ def test_graph_carries_link_attributes():
             link.kind,
             link.bandwidth,
         )
-
-
-def test_mesh_system_builder_applies_parameters():
-    system = mesh_system(
-        2, 3, bandwidth=7.0, latency=3.0, macs_per_cycle=99, dram_bandwidth=5.0, dram_at=[(2, 1)]
-    )
-    assert system.name == "mesh-2x3"
-    assert system.num_clusters == 6
-    assert {(lk.kind, lk.bandwidth, lk.latency) for lk in system.links} == {("nop", 7.0, 3.0)}
-    assert {c.macs_per_cycle for c in system.clusters} == {99}
-    assert [(d.node, d.bandwidth) for d in system.drams] == [(5, 5.0)]
 
 
 def test_system_topology_is_cached_per_system():

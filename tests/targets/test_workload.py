@@ -1,7 +1,7 @@
 import pytest
 
-from tvm_chiplet.runtime.profile import simulate_workload
-from tvm_chiplet.targets.topology import mesh_system
+from tvm_chiplet.runtime.device import simulate_workload
+from tvm_chiplet.targets.system_generators import mesh_system
 from tvm_chiplet.targets.workload import WorkItem, build_workload, streamed_bytes
 
 WEIGHTS = 64_000

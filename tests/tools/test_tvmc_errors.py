@@ -87,7 +87,7 @@ def test_malformed_toml_names_file_and_line(cnn, tmp_path, capsys):
 
 
 def test_inconsistent_toml_names_the_field(cnn, tmp_path, capsys):
-    from tvm_chiplet.targets.system import load_system
+    from tvm_chiplet.targets.system_toml import load_system
 
     preset = load_system("mesh-4x4")
     text = Path(preset.source).read_text()

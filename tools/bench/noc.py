@@ -6,11 +6,11 @@ For ``mesh-4x4`` and ``mesh-8x8`` under uniform, transpose, bitcomp and hotspot 
 packets, default :class:`~tvm_chiplet.runtime.noc.FlitParams`):
 
 - zero-load latency measured at a very low rate against the closed form
-  (:func:`~tvm_chiplet.runtime.noc.mean_zero_load_latency`);
+  (:func:`~tvm_chiplet.tools.bench.noc_bounds.mean_zero_load_latency`);
 - latency-vs-offered-load curves at 5 % steps of the ideal throughput, and the saturation
   throughput (:func:`~tvm_chiplet.runtime.noc.saturation_throughput`: latency above 3x the
   zero-load latency) against the channel-load bound of XY routing
-  (:func:`~tvm_chiplet.runtime.noc.ideal_throughput`) and published values;
+  (:func:`~tvm_chiplet.tools.bench.noc_bounds.ideal_throughput`) and published values;
 - wall time of one single-process run: 8x8 mesh, uniform, rate 0.1, 100,000 cycles.
 
 Writes ``noc.csv`` (one row per configuration) and ``noc.md`` (tables, curves, sources).
@@ -25,12 +25,11 @@ import time
 
 from tvm_chiplet.runtime.noc import (
     FlitParams,
-    ideal_throughput,
-    mean_zero_load_latency,
     saturation_throughput,
     simulate_noc,
     sweep_noc,
 )
+from tvm_chiplet.tools.bench.noc_bounds import ideal_throughput, mean_zero_load_latency
 
 TOPOLOGIES = ("mesh-4x4", "mesh-8x8")
 TRAFFICS = ("uniform", "transpose", "bitcomp", "hotspot")
@@ -92,8 +91,10 @@ def zero_load_rows(jobs: int | None, quick: bool) -> list[dict]:
     return rows
 
 
-def saturation_rows(jobs: int | None, quick: bool) -> tuple[list[dict], dict]:
-    """Saturation throughput per configuration, and the curves (offered, accepted, latency)."""
+def saturation_rows(jobs: int | None, quick: bool,
+                    params: FlitParams | None = None) -> tuple[list[dict], dict]:
+    """Saturation throughput per configuration, and the curves (offered, accepted, latency);
+    ``params``: the routers' parameters (default :class:`FlitParams`)."""
     cycles, warmup = (3_000, 500) if quick else (20_000, 2_000)
     rows, curves = [], {}
     for topology in TOPOLOGIES:
@@ -109,6 +110,7 @@ def saturation_rows(jobs: int | None, quick: bool) -> tuple[list[dict], dict]:
                 packet_flits=PACKET_FLITS,
                 cycles=cycles,
                 warmup=warmup,
+                params=params,
             )
             curves[(topology, traffic)] = [
                 (rate, r.accepted_throughput, r.avg_packet_latency)

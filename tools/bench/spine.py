@@ -21,9 +21,10 @@ import time
 import tvm
 from tvm import relax
 
+from tvm_chiplet.build import build
 from tvm_chiplet.runtime.artifact import load_module
-from tvm_chiplet.runtime.profile import format_table, profile_report, simulate_plan
-from tvm_chiplet.targets.lower import build
+from tvm_chiplet.runtime.device import simulate_plan
+from tvm_chiplet.runtime.profile import format_table, profile_report
 from tvm_chiplet.tools import models
 from tvm_chiplet.tools.frontends import load_model
 

@@ -1,32 +1,31 @@
 """Benchmark every placement strategy on standard models and presets, judged by the simulator.
 
 Usage: ``python -m tvm_chiplet.tools.bench.strategies [--models ...] [--presets ...]
-[--strategies ...] [--batches 64] [--network flow] [--quick] [--out DIR]``
+[--strategies ...] [--batches 64] [--network flow] [--device-dtypes int8 fp32] [--quick]
+[--out DIR]``
 
-For each model (tools/models.py) and preset: every strategy plans the reduced op graph; its
-placement is simulated at batch 1 (latency) and with ``--batches`` pipelined inputs (throughput)
-with the shared cost model; both are compared with the physical lower bound. A placement that
-splits ops is first realised (SplitOperators, ReduceGraph) and the realised module's ops are
-simulated, exactly as the compiled artifact would be. Writes ``strategies.csv`` and
-``strategies.md``. Ctrl-C stops after writing the rows done so far.
+For each model (tools/models.py), preset and device precision: every strategy plans the reduced
+op graph; its placement is simulated at batch 1 (latency, energy) and with ``--batches``
+pipelined inputs (throughput) with the shared cost model; both are compared with the physical
+lower bound. A placement that splits ops is first realised (DistributeTensors, ReduceGraph) and the
+realised module's ops are simulated, exactly as the compiled artifact would be. Writes
+``strategies.csv`` and ``strategies.md``. Ctrl-C stops after writing the rows done so far.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
+import itertools
 import os
 import sys
 import time
 
+from tvm_chiplet.build import compare_to_bound
 from tvm_chiplet.passes import ReduceGraph, ReplicateDataParallel
-from tvm_chiplet.passes.analysis.lower_bound import lower_bound
-from tvm_chiplet.passes.analysis.op_graph import extract_op_graph
-from tvm_chiplet.passes.assign_split_placement import (
-    realise_placement,
-    split_module,
-    split_problem,
-)
+from tvm_chiplet.passes.analysis.extract_op_graph import extract_op_graph
+from tvm_chiplet.passes.plan_split_placement import realise_splits, split_problem
 from tvm_chiplet.passes.planners import (
     PLANNERS,
     AutoPlanner,
@@ -42,7 +41,8 @@ from tvm_chiplet.passes.planners import (
     get_planner,
 )
 from tvm_chiplet.passes.planners.evaluate import simulate_placement
-from tvm_chiplet.targets.system import load_system
+from tvm_chiplet.runtime.device import simulate_workload
+from tvm_chiplet.targets.system_toml import load_system
 from tvm_chiplet.targets.topology import Topology
 from tvm_chiplet.tools import models
 from tvm_chiplet.tools.frontends import load_model
@@ -84,13 +84,13 @@ class Realiser:
     def __call__(self, problem: PlanningProblem, placement):
         if not placement.splits:
             return problem, placement
-        key = tuple((s.op_id, s.dim, s.parts) for s in placement.splits)
+        key = (problem.system.device_dtype, placement.op_cluster,
+               *((s.op_id, s.dim, s.clusters) for s in placement.splits))
         if key not in self.cache:
-            split = split_module(self.mod, self.anchors, placement.splits)
-            self.cache[key] = extract_op_graph(split)
-        graph = self.cache[key]
-        realised = realise_placement(placement, self.anchors, graph, problem.graph)
-        return PlanningProblem(graph, problem.system, problem.topology), realised
+            split, realised = realise_splits(self.mod, self.anchors, placement)
+            self.cache[key] = (extract_op_graph(split, problem.system.device_dtype), realised)
+        graph, realised = self.cache[key]
+        return dataclasses.replace(problem, graph=graph, split_dims={}), realised
 
 
 def bench_strategy(
@@ -108,15 +108,12 @@ def bench_strategy(
     plan_s = time.perf_counter() - started
     splits = len(placement.splits)
     problem, placement = realise(problem, placement) if realise else (problem, placement)
-    single = simulate_placement(problem, placement, 1, network)
-    streamed = simulate_placement(problem, placement, batches, network)
+    # Latency: one round (one input per copy) against the bound of one input.
+    single = compare_to_bound(simulate_placement(problem, placement, 1, network),
+                              problem.graph, problem.system, inputs=1)
+    streamed = compare_to_bound(simulate_placement(problem, placement, batches, network),
+                                problem.graph, problem.system)
     freq = problem.system.frequency_hz
-    # The simulator starts with resident weights loaded and models no host I/O: so does the bound.
-    bound_1 = lower_bound(problem.graph, problem.system, 1, weights_preloaded=True,
-                          io_in_dram=False)
-    # Copies of a placement run whole rounds: the bound is for the inputs simulated.
-    bound_b = lower_bound(problem.graph, problem.system, streamed.inputs,
-                          weights_preloaded=True, io_in_dram=False)
     notes = placement.notes
     return {
         "strategy": placement.strategy,
@@ -124,13 +121,18 @@ def bench_strategy(
         "copies": placement.copies,
         "split_ops": splits,
         "dram_policy": placement.dram_policy,
-        "latency_ms": 1e3 * single.total_cycles / freq,
-        "latency_vs_bound": bound_1.ratio(single.total_cycles),
-        "throughput_per_s": streamed.throughput_per_cycle * freq * samples_per_input,
-        "inputs": streamed.inputs,
-        "cycles_streamed": streamed.total_cycles,
-        "time_vs_bound": bound_b.ratio(streamed.total_cycles),
-        "bound_binding": bound_b.binding,
+        "latency_ms": 1e3 * single["simulated_cycles"] / freq,
+        "latency_vs_bound": single["ratio_to_bound"],
+        "throughput_per_s": streamed["throughput_per_s"] * samples_per_input,
+        "inputs": streamed["inputs_simulated"],
+        "cycles_streamed": streamed["simulated_cycles"],
+        "time_vs_bound": streamed["ratio_to_bound"],
+        "bound_binding": streamed["bound_binding"],
+        "energy_uJ": single["energy_per_inference_pj"] / 1e6,
+        **{f"energy_{term}_uJ": value / 1e6
+           for term, value in single["energy_breakdown_pj"].items()},
+        "energy_vs_bound": single["energy_per_inference_pj"] / single["energy_bound_pj"]
+        if single["energy_bound_pj"] else "",
         "plan_s": plan_s,
         "ilp_gap": notes.get("gap", ""),
     }
@@ -145,18 +147,21 @@ def bench_data_parallel(model_name: str, options: dict, system, args) -> dict:
     replicas = min(system.num_clusters, MAX_REPLICAS)
     model = models.get_model(model_name, batch=replicas, **options)
     graph = extract_op_graph(
-        ReduceGraph()(ReplicateDataParallel(replicas=replicas)(load_model(model)))
+        ReduceGraph()(ReplicateDataParallel(replicas=replicas)(load_model(model))),
+        system.device_dtype,
     )
-    problem = PlanningProblem(graph, system, Topology(system))
+    problem = PlanningProblem(graph, system, Topology(system), simulator=simulate_workload)
     inputs = -(-args.batches // replicas)
     row = bench_strategy(DataParallelPlanner(), problem, inputs, args.network, replicas)
     row["strategy"] = f"data-parallel (batch {replicas} x {inputs})"
     return row
 
 
-def mark_layer_sequential(rows: list[dict], model: str, preset: str) -> None:
-    """Give every row of ``model`` on ``preset`` its throughput over layer-sequential's."""
-    same = [r for r in rows if r["model"] == model and r["system"] == preset]
+def mark_layer_sequential(rows: list[dict], model: str, preset: str, dtype: str) -> None:
+    """Give every row of ``model`` on ``preset`` at ``dtype`` its throughput over
+    layer-sequential's."""
+    same = [r for r in rows if r["model"] == model and r["system"] == preset
+            and r["device_dtype"] == dtype]
     base = next(r for r in same if r["strategy"] == LayerSequentialPlanner.name)
     for row in same:
         row["vs_layer_sequential"] = row["throughput_per_s"] / base["throughput_per_s"]
@@ -183,7 +188,9 @@ def write_results(rows: list[dict], out: str, batches: int, network: str) -> Non
         "inputs (pipeline fill included) / physical lower bound of the same work (1.0 is the "
         "bound). `throughput_per_s` is the steady-state rate, which can beat the bound's "
         "inputs / bound time when the pipeline fill prefetches later inputs' weights: the "
-        "ratios compare times only.", "",
+        "ratios compare times only. `device_dtype`: the precision of the device model (bytes, "
+        "SRAM, MAC rates, energy); `energy_uJ`: simulated energy of one input (batch 1), "
+        "`energy_vs_bound` over the energy lower bound (MACs + forced DRAM traffic).", "",
         "| " + " | ".join(fields) + " |", "|" + "---|" * len(fields),
     ]
     lines += ["| " + " | ".join(cell(row.get(f, "")) for f in fields) + " |" for row in rows]
@@ -198,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--strategies", nargs="+", default=list(PLANNERS))
     parser.add_argument("--batches", type=int, default=64)
     parser.add_argument("--network", default="flow")
+    parser.add_argument("--device-dtypes", nargs="+", default=["int8", "fp32"],
+                        help="precisions of the device model to run every case at")
     parser.add_argument("--quick", action="store_true", help="small model configurations")
     parser.add_argument("--ilp-time-limit", type=float, default=60.0)
     parser.add_argument("--out", default="tools/bench/results")
@@ -213,9 +222,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[strategies] {model_name}: reduced in "
                   f"{time.perf_counter() - started:.1f} s", flush=True)
             realiser = None
-            for preset in args.presets:
-                system = load_system(preset)
-                problem, anchors = split_problem(mod, reduced, system)
+            for preset, dtype in itertools.product(args.presets, args.device_dtypes):
+                system = load_system(preset).with_device_dtype(dtype)
+                problem, anchors = split_problem(mod, reduced, system, simulate_workload)
                 realiser = realiser or Realiser(mod, anchors)
                 for strategy, planner in planners.items():
                     try:
@@ -225,12 +234,14 @@ def main(argv: list[str] | None = None) -> int:
                             row = bench_strategy(planner, problem, args.batches, args.network,
                                                  realise=realiser)
                     except PlanningError as err:
-                        print(f"[strategies] {model_name} {preset} {strategy}: skipped ({err})")
+                        print(f"[strategies] {model_name} {preset} {dtype} {strategy}: skipped "
+                              f"({err})")
                         continue
-                    rows.append({"model": model_name, "system": preset, **row})
+                    rows.append({"model": model_name, "system": preset, "device_dtype": dtype,
+                                 **row})
                     if strategy == LayerSequentialPlanner.name:
-                        mark_layer_sequential(rows, model_name, preset)
-                    print(f"[strategies] {model_name} {preset} {row['strategy']}: "
+                        mark_layer_sequential(rows, model_name, preset, dtype)
+                    print(f"[strategies] {model_name} {preset} {dtype} {row['strategy']}: "
                           f"{row['throughput_per_s']:.1f} inf/s "
                           f"({row['time_vs_bound']:.2f}x bound time), "
                           f"latency {row['latency_ms']:.3f} ms, plan {row['plan_s']:.2f} s",

@@ -1,7 +1,13 @@
-"""build(): run the chiplet pipeline, compile once with tvm.compile, describe the plan."""
+"""The driver: run the chiplet pipeline, compile once with tvm.compile, describe the plan.
+
+The one place that joins the rooms: frontends load the model, the passes plan and partition it
+(judged by the runtime's device simulator, which this module hands them), ``tvm.compile``
+builds it, and the plan is described for the artifact and estimated against the lower bound.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -10,16 +16,16 @@ from collections.abc import Callable
 import onnx
 import tvm
 
-from tvm_chiplet.passes.analysis.graph import OpGraph
 from tvm_chiplet.passes.analysis.lower_bound import lower_bound
+from tvm_chiplet.passes.analysis.op_graph import OpGraph
 from tvm_chiplet.passes.analysis.segments import SegmentSchedule, read_segments
-from tvm_chiplet.passes.annotate_placement import ATTR_PLACEMENT
+from tvm_chiplet.passes.attrs import ATTR_PLACEMENT
 from tvm_chiplet.passes.pipeline import get_pipeline
-from tvm_chiplet.passes.planners import Planner
+from tvm_chiplet.passes.planners import AutoPlanner, Planner
 from tvm_chiplet.runtime.artifact import ChipletModule
-from tvm_chiplet.runtime.profile import simulate_workload
+from tvm_chiplet.runtime.device import DeviceSimResult, simulate_plan, simulate_workload
 from tvm_chiplet.targets.system import ChipletSystem
-from tvm_chiplet.targets.target import ChipletTarget, parse_target
+from tvm_chiplet.targets.target import ChipletTarget, ChipletTargetError, parse_target
 from tvm_chiplet.targets.topology import Topology
 from tvm_chiplet.targets.workload import (
     WorkItem,
@@ -57,7 +63,8 @@ def describe_plan(schedule: SegmentSchedule, system: ChipletSystem, strategy: st
     tasks = [
         {**schedule.tasks[index % per_copy].to_dict(), "name": item.name,
          "cluster": item.cluster, "deps": [list(dep) for dep in item.deps],
-         "copy": index // per_copy, "cycles": w["cycles"]}
+         "copy": index // per_copy, "cycles": w["cycles"],
+         "mac_pj": w["mac_pj"], "sram_pj": w["sram_pj"]}
         for index, (item, w) in enumerate(zip(items, work, strict=True))
     ]
     transfers = []
@@ -98,8 +105,8 @@ def describe_plan(schedule: SegmentSchedule, system: ChipletSystem, strategy: st
 
 ESTIMATE_BATCHES = (1, 64)
 
-REPORTED_PASSES = ("ReplicateDataParallel", "ReduceGraph", "AssignPlacement",
-                   "AssignSplitPlacement", "SplitOperators", "AnnotatePlacement",
+REPORTED_PASSES = ("ReplicateDataParallel", "ReduceGraph", "PlanPlacement",
+                   "PlanSplitPlacement", "AnnotatePlacement",
                    "PartitionByCluster")
 """The passes whose start and end :func:`build` reports to its ``progress`` callback."""
 
@@ -123,27 +130,52 @@ class _PassProgress:
             self.progress(f"{'  ' * len(self.started)}{info.name} done in {seconds:.1f} s")
 
 
+_DTYPE_NAMES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64"}
+
+
+def host_dtypes(mod: tvm.IRModule) -> list[str]:
+    """The dtypes the host computes the model's inputs and outputs in (``"fp32"`` for a model
+    imported from an fp32 or a QDQ ONNX file, which TVM dequantizes)."""
+    types = [param.ty for param in mod["main"].params]
+    ret = mod["main"].ret_ty
+    types += list(ret.fields) if isinstance(ret, tvm.ir.TupleType) else [ret]
+    names = {str(ty.dtype) for ty in types if isinstance(ty, tvm.relax.TensorType)}
+    return sorted(_DTYPE_NAMES.get(name, name) for name in names)
+
+
+def compare_to_bound(sim: DeviceSimResult, graph: OpGraph, system: ChipletSystem,
+                     inputs: int | None = None) -> dict:
+    """A simulated run next to the physical lower bound of ``inputs`` inputs' work.
+
+    The simulator starts with resident weights loaded and models no host I/O, so the bound does
+    too. By default the bound is for the inputs simulated (copies of a placement run whole
+    rounds); ``inputs=1`` compares a one-round run with one input's bound, as a latency.
+    """
+    bound = lower_bound(graph, system, inputs or sim.inputs, weights_preloaded=True,
+                        io_in_dram=False)
+    return {
+        "inputs_simulated": sim.inputs,
+        "network": sim.network,
+        "network_calibration": system.calibration.summary() if sim.calibrated else None,
+        "simulated_cycles": float(sim.total_cycles),
+        "throughput_per_s": float(sim.throughput_per_cycle) * system.frequency_hz,
+        "bound_cycles": bound.bound_cycles,
+        "bound_binding": bound.binding,
+        "ratio_to_bound": bound.ratio(sim.total_cycles),
+        "energy_per_inference_pj": sim.energy.total_pj,
+        "energy_breakdown_pj": dict(sim.energy.per_inference_pj),
+        "energy_bound_pj": bound.energy_per_inference_pj,
+    }
+
+
 def estimate_plan(plan: dict, system: ChipletSystem, network: str = "flow") -> list[dict]:
     """Simulated cycles of a plan at batch 1 and 64 against the physical lower bound."""
     graph = OpGraph.from_tasks([t for t in plan["tasks"] if t.get("copy", 0) == 0])
-    rows = []
-    for batches in ESTIMATE_BATCHES:
-        sim = simulate_workload(plan["tasks"], plan["messages"], system, batches, network,
-                                fetches=plan["dram_fetches"], copies=plan.get("copies", 1))
-        # Copies run whole rounds: the bound is for the inputs simulated.
-        bound = lower_bound(graph, system, sim.inputs, weights_preloaded=True,
-                            io_in_dram=False)
-        rows.append({
-            "batches": batches,
-            "inputs_simulated": sim.inputs,
-            "network": network,
-            "simulated_cycles": float(sim.total_cycles),
-            "throughput_per_s": float(sim.throughput_per_cycle) * system.frequency_hz,
-            "bound_cycles": bound.bound_cycles,
-            "bound_binding": bound.binding,
-            "ratio_to_bound": bound.ratio(sim.total_cycles),
-        })
-    return rows
+    return [
+        {"batches": batches,
+         **compare_to_bound(simulate_plan(plan, system, batches, network), graph, system)}
+        for batches in ESTIMATE_BATCHES
+    ]
 
 
 def build(
@@ -153,11 +185,13 @@ def build(
     input_shapes: dict[str, list[int]] | None = None,
     pipeline: str = "chiplet-default",
     progress: Callable[[str], None] | None = None,
+    device_dtype: str | None = None,
 ) -> ChipletModule:
     """Compile a model for a chiplet system into one :class:`ChipletModule`.
 
-    Runs the named pass pipeline (ReduceGraph -> AssignPlacement -> PartitionByCluster) under a
-    ``PassContext``, compiles the partitioned module once with ``tvm.compile`` (``main`` and every
+    Runs the named pass pipeline (ReduceGraph -> PlanPlacement -> PartitionByCluster) under a
+    ``PassContext``, with the device simulator (:func:`simulate_workload`) as the planners'
+    judge, compiles the partitioned module once with ``tvm.compile`` (``main`` and every
     segment function in one executable) and describes the plan for the runtime and simulator.
 
     Parameters
@@ -174,11 +208,26 @@ def build(
         Name of the pass pipeline (see ``tvm_chiplet.passes.get_pipeline``).
     progress : callable, optional
         Called with a line of text as each chiplet pass (:data:`REPORTED_PASSES`; planning
-        happens inside AssignPlacement / AssignSplitPlacement) and ``tvm.compile`` start and
+        happens inside PlanPlacement / PlanSplitPlacement) and ``tvm.compile`` start and
         end.
+    device_dtype : str, optional
+        Precision of the device model (``"int8"``, ``"fp16"``, ``"bf16"``, ``"fp32"``): bytes,
+        SRAM use, MAC rates and energy; default the target's ``device-dtype`` option, else the
+        system's own. Host numerics stay as compiled (``plan.json`` says both).
     """
     chiplet_target = target if isinstance(target, ChipletTarget) else parse_target(target)
+    if device_dtype is not None:
+        chiplet_target = dataclasses.replace(
+            chiplet_target, system=chiplet_target.system.with_device_dtype(device_dtype))
     strategy = strategy or chiplet_target.options.get("strategy", "pipeline")
+    if "objective" in chiplet_target.options:
+        if strategy != AutoPlanner.name:
+            raise ChipletTargetError(
+                f"target option objective={chiplet_target.options['objective']!r} chooses among "
+                f"the candidates of strategy 'auto', but the strategy is {strategy!r}; add "
+                "-strategy=auto (--target-chiplet-strategy auto) or drop the objective"
+            )
+        strategy = AutoPlanner(objective=chiplet_target.options["objective"])
     started = time.perf_counter()
     mod = load_model(model, input_shapes)
     specs = input_specs(mod)
@@ -187,6 +236,7 @@ def build(
         system=chiplet_target.system,
         target=chiplet_target.tvm_target,
         strategy=strategy,
+        simulator=simulate_workload,
     )
     instruments = [_PassProgress(progress)] if progress else []
     with tvm.transform.PassContext(opt_level=3, instruments=instruments):
@@ -203,7 +253,8 @@ def build(
     if partitioned.attrs is not None and ATTR_PLACEMENT in partitioned.attrs:
         placement = json.loads(str(partitioned.attrs[ATTR_PLACEMENT]))
     placement = placement or {}
-    plan = describe_plan(read_segments(partitioned), chiplet_target.system, strategy_name,
+    plan = describe_plan(read_segments(partitioned, chiplet_target.system.device_dtype),
+                         chiplet_target.system, strategy_name,
                          placement.get("dram_policy", "interleave"),
                          [tuple(share) for share in placement.get("dram_shares", [])],
                          placement.get("replicas", []),
@@ -211,6 +262,8 @@ def build(
     if placement:
         plan["strategy"] = placement["strategy"]
         plan["placement"] = placement
+    plan["device_dtype"] = chiplet_target.system.device_dtype
+    plan["host_dtypes"] = host_dtypes(mod)
     plan["estimate"] = estimate_plan(plan, chiplet_target.system)
     plan["compile_seconds"] = {
         "plan": plan_time,

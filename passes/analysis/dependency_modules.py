@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from tvm_chiplet.passes.analysis.graph import OpGraph
+from tvm_chiplet.passes.analysis.op_graph import OpGraph
 
 
 @dataclass(frozen=True)

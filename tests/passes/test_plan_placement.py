@@ -5,10 +5,11 @@ from tvm.script import relax as R
 from tvm.script import tirx as T
 
 from tests.passes.ir_helpers import strip_call_attrs
-from tvm_chiplet.passes import AssignPlacement
-from tvm_chiplet.passes.annotate_placement import call_placement
+from tvm_chiplet.passes import PlanPlacement
+from tvm_chiplet.passes.attrs import call_placement
 from tvm_chiplet.passes.planners import Placement, PlanningError
-from tvm_chiplet.targets.system import load_system
+from tvm_chiplet.runtime.device import simulate_workload
+from tvm_chiplet.targets.system_toml import load_system
 
 
 @I.ir_module
@@ -39,7 +40,7 @@ class FixedPlanner:
 
 
 def test_planner_decision_is_written_on_every_call():
-    After = AssignPlacement(load_system("cluster-4"), FixedPlanner())(Before)
+    After = PlanPlacement(load_system("cluster-4"), FixedPlanner())(Before)
     placed = [call_placement(b.value) for b in After["main"].body.blocks[0].bindings]
     assert placed == [(1, 0, 0), (1, 0, 1)]
     tvm.ir.assert_structural_equal(strip_call_attrs(After), Before)
@@ -47,7 +48,7 @@ def test_planner_decision_is_written_on_every_call():
 
 def test_pipeline_strategy_places_every_op_on_a_cluster_of_the_system():
     system = load_system("mesh-4x4")
-    After = AssignPlacement(system, "pipeline")(Before)
+    After = PlanPlacement(system, "pipeline", simulate_workload)(Before)
     placed = [call_placement(b.value) for b in After["main"].body.blocks[0].bindings]
     assert all(0 <= cluster < system.num_clusters for cluster, _, _ in placed)
     assert [op_id for _, _, op_id in placed] == [0, 1]
@@ -55,10 +56,15 @@ def test_pipeline_strategy_places_every_op_on_a_cluster_of_the_system():
 
 def test_input_module_is_not_mutated():
     snapshot = Before.script()
-    AssignPlacement(load_system("cluster-4"), "pipeline")(Before)
+    PlanPlacement(load_system("cluster-4"), "pipeline", simulate_workload)(Before)
     assert Before.script() == snapshot
+
+
+def test_a_strategy_that_simulates_without_a_simulator_says_how_to_give_one():
+    with pytest.raises(PlanningError, match=r"has none; pass simulator=tvm_chiplet\.runtime"):
+        PlanPlacement(load_system("cluster-4"), "pipeline")(Before)
 
 
 def test_unknown_strategy_lists_valid_ones():
     with pytest.raises(PlanningError, match="unknown strategy 'magic'; valid strategies: pipeline"):
-        AssignPlacement(load_system("cluster-4"), "magic")
+        PlanPlacement(load_system("cluster-4"), "magic")

@@ -1,0 +1,219 @@
+"""Extract the op graph of a reduced Relax module: FLOPs from TVM's estimator, bytes from types.
+
+Bytes are counted at the device's precision: with a ``device_dtype`` (``"int8"``, ``"fp16"``,
+``"bf16"``, ``"fp32"``), every floating-point tensor counts that many bytes per element, as the
+device stores it, whatever the IR computes in on the host; integer tensors (quantized int8
+weights, int64 indices) count at their own width.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import networkx as nx
+import tvm
+import tvm_ffi
+from tvm import relax
+
+from tvm_chiplet.passes.analysis.op_graph import OpGraph, OpNode
+from tvm_chiplet.passes.attrs import CALL_TIR
+from tvm_chiplet.targets.system import DTYPE_BYTES
+
+# Kinds of the "op_pattern" attribute that relax.transform.AnnotateTIROpPattern writes.
+_OUTPUT_SIZED_PATTERNS = (0, 1, 2)  # elementwise, broadcast, injective
+_REDUCTION_PATTERN = 3
+
+
+_FLOAT_CODES = (tvm.runtime.DataTypeCode.FLOAT, tvm.runtime.DataTypeCode.BFLOAT)
+
+
+@tvm_ffi.register_error
+class AnalysisError(ValueError):
+    """The module does not have the form an analysis needs."""
+
+
+def _static_dims(ty: relax.TensorType, what: str) -> list[int]:
+    if ty.shape is None or not hasattr(ty.shape, "values"):
+        raise AnalysisError(f"{what} has no static shape ({ty}); give static input shapes")
+    dims = []
+    for dim in ty.shape.values:
+        if not isinstance(dim, tvm.tirx.IntImm):
+            raise AnalysisError(
+                f"{what} has a symbolic dimension {dim} ({ty}); give static input shapes, "
+                "e.g. --input-shapes \"x:[1,3,224,224]\""
+            )
+        dims.append(int(dim))
+    return dims
+
+
+def tensor_bytes(ty: tvm.ir.Type, what: str, device_dtype: str | None = None) -> int:
+    """Bytes of a value of type ``ty`` (tensor or tuple of tensors) with static shape.
+
+    With ``device_dtype``, a floating-point tensor counts ``DTYPE_BYTES[device_dtype]`` bytes
+    per element (module docstring); without it, every tensor counts at its IR dtype.
+    """
+    if isinstance(ty, relax.TensorType):
+        dtype = tvm.runtime.DataType(str(ty.dtype))
+        if device_dtype is not None and dtype.type_code in _FLOAT_CODES:
+            width = DTYPE_BYTES[device_dtype] * dtype.lanes
+        else:
+            width = (dtype.bits * dtype.lanes + 7) // 8
+        return math.prod(_static_dims(ty, what)) * width
+    if isinstance(ty, tvm.ir.TupleType):
+        return sum(tensor_bytes(field, what, device_dtype) for field in ty.fields)
+    return 0
+
+
+def tensor_elements(ty: tvm.ir.Type, what: str) -> int:
+    """Elements of a value of type ``ty`` (tensor or tuple of tensors) with static shape."""
+    if isinstance(ty, relax.TensorType):
+        return math.prod(_static_dims(ty, what))
+    if isinstance(ty, tvm.ir.TupleType):
+        return sum(tensor_elements(field, what) for field in ty.fields)
+    return 0
+
+
+def main_bindings(mod: tvm.IRModule) -> list[relax.VarBinding]:
+    """The bindings of ``main`` in order, over all its blocks (ReduceGraph leaves one dataflow
+    block; a data-parallel module keeps its scatter and gather in blocks of their own)."""
+    if "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
+        raise AnalysisError("the module has no 'main' function")
+    bindings = [b for block in mod["main"].body.blocks for b in block.bindings]
+    for binding in bindings:
+        if not isinstance(binding, relax.VarBinding):
+            raise AnalysisError(f"'main' has a match_cast binding of {binding.var.name}")
+        if isinstance(binding.value, relax.If):
+            raise AnalysisError(f"'main' has control flow at {binding.var.name}; not supported")
+    return bindings
+
+
+def call_flops(mod: tvm.IRModule, call: relax.Call, cache: dict) -> float:
+    """FLOPs of the PrimFunc a ``call_tir`` calls, cached per PrimFunc.
+
+    TVM's estimator counts the arithmetic of each loop nest (an ``estimated_flops`` attribute on
+    the PrimFunc overrides it). It rejects some TIR, e.g. a ``Let`` expression or vector lanes
+    ("Do not have a default for prim.Let"). Such a PrimFunc counts one operation per output
+    element if its op pattern (written by ``AnnotateTIROpPattern``) is elementwise, broadcast
+    or injective, and one per input element if it is a reduction; any other raises
+    :class:`AnalysisError`, so that no op is taken to be free.
+    """
+    gvar = call.args[0]
+    if gvar not in cache:
+        func = mod[gvar]
+        try:
+            cache[gvar] = float(tvm.s_tir.analysis.estimate_tir_flops(tvm.IRModule({"main": func})))
+        except tvm.error.InternalError as err:
+            cache[gvar] = _flops_from_shapes(call, func, str(err).strip().splitlines()[0])
+    return cache[gvar]
+
+
+def _flops_from_shapes(call: relax.Call, func: tvm.tirx.PrimFunc, reason: str) -> float:
+    """One operation per output element (elementwise, broadcast, injective) or per input element
+    (reduction) of a PrimFunc TVM's estimator rejected for ``reason``."""
+    name = call.args[0].name_hint
+    attrs = func.attrs if func.attrs is not None else {}
+    pattern = int(attrs["op_pattern"]) if "op_pattern" in attrs else None
+    if pattern in _OUTPUT_SIZED_PATTERNS:
+        return float(tensor_elements(call.ty, f"result of {name}"))
+    if pattern == _REDUCTION_PATTERN:
+        return float(sum(tensor_elements(arg.ty, f"argument of {name}")
+                         for arg in call.args[1].fields))
+    known = "no op pattern" if pattern is None else f"op pattern {pattern}"
+    raise AnalysisError(
+        f"cannot count the FLOPs of PrimFunc {name!r}: TVM's estimator rejects it ({reason}), "
+        f"and with {known} (not elementwise, broadcast, injective or reduction) its work does "
+        "not follow from its shapes; give it its count, which the estimator then uses: "
+        f"mod[gv] = mod[gv].with_attr(\"estimated_flops\", n), gv = mod.get_global_var({name!r})"
+    )
+
+
+def call_tir_weight_bytes(call: relax.Call, device_dtype: str | None = None) -> int:
+    """Bytes of the constant arguments (weights) a ``call_tir`` reads (at ``device_dtype``, see
+    :func:`tensor_bytes`).
+
+    A gather (a PrimFunc legalized from ``take``, e.g. an embedding lookup) reads only the rows
+    it selects, so each of its constants counts at most the bytes of the call's output.
+    """
+    name = call.args[0].name_hint
+    cap = None
+    if any(re.fullmatch(r"take\d*", part) for part in name.split("_")):
+        cap = tensor_bytes(call.ty, f"result of {name}", device_dtype) if isinstance(
+            call.ty, relax.TensorType) else None
+    total = 0
+    for arg in call.args[1].fields:
+        if isinstance(arg, tvm.ir.GenericConst):
+            nbytes = tensor_bytes(arg.ty, f"constant of {name}", device_dtype)
+            total += nbytes if cap is None else min(nbytes, cap)
+    return total
+
+
+def _value_vars(expr: relax.Expr) -> list[relax.Var]:
+    return list(relax.analysis.free_vars(expr))
+
+
+def extract_op_graph(mod: tvm.IRModule, device_dtype: str | None = None) -> OpGraph:
+    """Build the :class:`OpGraph` of ``main`` of a reduced module.
+
+    Parameters
+    ----------
+    mod : IRModule
+        A module whose ``main`` is one dataflow block of ``call_tir`` (and tuple) bindings, as
+        :class:`ReduceGraph` leaves it.
+    device_dtype : str, optional
+        Count floating-point tensors at this device precision (module docstring); default the
+        IR's own dtypes.
+
+    Returns
+    -------
+    OpGraph
+        One node per binding; an edge per use of a value, weighted by the value's bytes.
+    """
+    bindings = main_bindings(mod)
+    func = mod["main"]
+    params = list(func.params)
+    param_index = {param: i for i, param in enumerate(params)}
+    defined_by: dict[relax.Var, int] = {}
+    flop_cache: dict = {}
+    ops: list[OpNode] = []
+    graph = nx.DiGraph()
+    input_uses: list[list[int]] = [[] for _ in params]
+
+    for op_id, binding in enumerate(bindings):
+        value = binding.value
+        out_bytes = tensor_bytes(binding.var.ty, f"value {binding.var.name} (op {op_id})",
+                                 device_dtype)
+        weight_bytes, flops = 0, 0.0
+        if isinstance(value, relax.Call) and value.op.same_as(CALL_TIR):
+            kind, name = "call_tir", value.args[0].name_hint
+            flops = call_flops(mod, value, flop_cache)
+            weight_bytes = call_tir_weight_bytes(value, device_dtype)
+        elif isinstance(value, relax.Tuple):
+            kind, name = "tuple", "tuple"
+        elif isinstance(value, relax.TupleGetItem):
+            kind, name = "get_item", "get_item"
+        else:
+            kind = "other"
+            name = value.op.name if isinstance(value, relax.Call) and hasattr(value.op, "name") \
+                else type(value).__name__
+        input_bytes = 0
+        graph.add_node(op_id)
+        for var in _value_vars(value):
+            nbytes = tensor_bytes(var.ty, f"value {var.name}", device_dtype)
+            if var in defined_by:
+                producer = defined_by[var]
+                graph.add_edge(producer, op_id, nbytes=nbytes)
+            elif var in param_index:
+                input_uses[param_index[var]].append(op_id)
+            input_bytes += nbytes
+        defined_by[binding.var] = op_id
+        ops.append(OpNode(op_id, name, kind, flops, input_bytes, out_bytes, weight_bytes))
+
+    output_ops = [defined_by[var] for var in _value_vars(func.body.body) if var in defined_by]
+    return OpGraph(
+        ops=ops,
+        graph=graph,
+        input_names=[param.name for param in params],
+        input_uses=input_uses,
+        output_ops=output_ops,
+    )

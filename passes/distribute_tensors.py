@@ -1,0 +1,725 @@
+"""DistributeTensors: split ops across clusters and keep their parts distributed.
+
+A split op's parts stay on their clusters. Every value of ``main`` gets a layout:
+
+- **whole** on one cluster (or, for model inputs and constants, wherever it is read);
+- **sharded** along one axis, part ``p`` (a range of that axis) on cluster ``clusters[p]``;
+- **partial**: one full-shape partial sum per cluster, to be added (an input-channel or
+  reduction split's result).
+
+Ops that work element by element (activations, binary ops with broadcast, bias adds, residual
+adds), pools and reductions over other axes, softmax and layer norm over other axes, transposes
+and reshapes that keep the split axis whole follow their input's layout: part ``p`` runs on
+``clusters[p]`` and reads its local part with no communication. A consumer that needs another
+layout gets a **redistribution**, built as explicit ops on the parts: every region a cluster
+needs is cut where it lies (``strided_slice`` on the sender) and assembled where it is needed
+(``concat`` for all-gather, all-to-all and halo exchange, ``add`` for reduce and reduce-scatter),
+so only the bytes needed cross a link. The executor runs these ops; the simulator times their
+messages on the system's routes.
+
+A matmul of two activations (attention's scores and context) follows a sharded operand on a
+batch axis (the heads: both operands are cut alike, so every head stays local), the left's rows
+or the right's columns. An elementwise op whose distributed operand is already gathered where it
+is placed runs whole there, when that moves fewer bytes than cutting its whole operands.
+
+Why not ``relax.distributed``: its ``DeviceMesh``/``Placement`` types describe one SPMD program
+over a mesh, lowered to collective calls for the disco runtime, with even shards. Our executor
+and simulator run each part as its own binding on one cluster (one VM per cluster), with uneven
+parts, halos and partial sums, so layouts live in this pass rather than in the types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from tvm_chiplet.passes.planners.placement import PlanningError
+from tvm_chiplet.passes.reduce_graph import ReduceGraph
+from tvm_chiplet.passes.split_operators import (
+    AnchorInfo,
+    AnchorSplit,
+    anchor_bindings,
+    check_split,
+    conv2d_like,
+    even_bounds,
+    matmul_batch_operands,
+    static_shape,
+)
+
+_CONV2D = tvm.ir.Op.get("relax.nn.conv2d")
+_MATMUL = tvm.ir.Op.get("relax.matmul")
+_PURE_PACKED = tvm.ir.Op.get("relax.call_pure_packed")
+
+BOUNDARY = "chiplet.boundary"
+"""Packed function name of the identity that marks a value crossing clusters while the module is
+reduced, so that FuseOps never fuses ops of two clusters into one kernel. Removed afterwards."""
+
+ELEMENTWISE_OPS = frozenset(
+    f"relax.{name}" for name in (
+        "add", "subtract", "multiply", "divide", "power", "maximum", "minimum", "floor_divide",
+        "nn.relu", "nn.gelu", "nn.gelu_tanh", "nn.silu", "nn.leakyrelu", "sigmoid", "tanh",
+        "exp", "log", "sqrt", "rsqrt", "erf", "clip", "astype", "negative", "abs", "square",
+        "round", "floor", "ceil", "where", "greater", "less", "equal", "not_equal",
+        "greater_equal", "less_equal", "logical_and", "logical_or", "logical_not",
+    )
+)
+"""Ops computed element by element, with numpy broadcasting: a part of the output needs only
+the same part of each operand (an operand broadcast along the split axis is read whole)."""
+
+_POOL_OPS = frozenset(
+    ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d")
+)
+_REDUCE_OPS = frozenset(
+    ("relax.mean", "relax.sum", "relax.max", "relax.min", "relax.prod", "relax.variance")
+)
+_AXIS_OPS = frozenset(("relax.nn.softmax", "relax.nn.log_softmax"))
+
+
+@dataclass(frozen=True)
+class DistributedSplit:
+    """Split anchor ``anchor`` (see :func:`~.split_operators.find_anchors`) along ``dim``, part
+    ``p`` on cluster ``clusters[p]``."""
+
+    anchor: int
+    dim: str
+    clusters: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class _Whole:
+    var: relax.Expr
+    cluster: int | None  # None: a model input or a constant, read from where it is needed
+
+
+@dataclass(frozen=True)
+class _Sharded:
+    axis: int
+    bounds: tuple[tuple[int, int], ...]
+    parts: tuple[relax.Var, ...]
+    clusters: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class _Partial:
+    parts: tuple[relax.Var, ...]
+    clusters: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class _TupleOf:
+    fields: tuple[relax.Expr, ...]  # operands of the original main, each with its own layout
+
+
+def _shape(expr: relax.Expr) -> list[int]:
+    shape = static_shape(expr)
+    if shape is None or None in shape:
+        raise PlanningError(
+            f"DistributeTensors needs static shapes; {getattr(expr, 'name', expr)} has "
+            f"{shape if shape is not None else 'no tensor shape'}"
+        )
+    return shape
+
+
+def _nbytes(expr: relax.Expr) -> int:
+    shape = static_shape(expr)
+    if shape is None or None in shape:
+        return 0
+    return int(np.prod(shape, dtype=np.int64)) * tvm.DataType(str(expr.ty.dtype)).bits // 8
+
+
+class _Distributor:
+    """Rebuild ``main`` binding by binding, each new binding on one cluster."""
+
+    def __init__(self, splits: dict[relax.Var, tuple[str, tuple[int, ...]]],
+                 placed: dict[relax.Var, int], home: int) -> None:
+        self.bb = relax.BlockBuilder()
+        self.splits = splits
+        self.placed = placed
+        self.home = home
+        self.layout: dict[relax.Var, object] = {}
+        self.alias: dict[relax.Var, relax.Expr] = {}  # a tuple's field read by TupleGetItem
+        self.cluster_of: dict[relax.Var, int] = {}
+        self._crossing: dict[tuple[relax.Var, int], relax.Var] = {}
+        self._whole: dict[tuple[relax.Var, int], relax.Expr] = {}
+
+    # -- emitting ------------------------------------------------------------------------------
+
+    def emit(self, expr: relax.Expr, name: str, cluster: int) -> relax.Var:
+        var = self.bb.emit(expr, name)
+        self.cluster_of[var] = cluster
+        return var
+
+    def use(self, expr: relax.Expr, cluster: int) -> relax.Expr:
+        """``expr`` as read by an op on ``cluster``: a value of another cluster, or a model
+        input, goes through a boundary marker (one per value and reading cluster), which runs
+        on the reading cluster."""
+        if not isinstance(expr, relax.Var) or self.cluster_of.get(expr) == cluster:
+            return expr
+        key = (expr, cluster)
+        if key not in self._crossing:
+            marker = relax.op.call_pure_packed(BOUNDARY, expr, ty_args=expr.ty)
+            self._crossing[key] = self.emit(marker, f"{expr.name}_to{cluster}", cluster)
+        return self._crossing[key]
+
+    # -- layouts -------------------------------------------------------------------------------
+
+    def resolve(self, value: relax.Expr) -> relax.Expr:
+        while isinstance(value, relax.Var) and value in self.alias:
+            value = self.alias[value]
+        return value
+
+    def whole(self, value: relax.Expr, cluster: int) -> relax.Expr:
+        """The whole of ``value`` (an operand of the original ``main``) on ``cluster``."""
+        value = self.resolve(value)
+        if isinstance(value, relax.Tuple):
+            return relax.Tuple([self.whole(v, cluster) for v in value.fields])
+        layout = self.layout.get(value) if isinstance(value, relax.Var) else None
+        if layout is None:  # constants, shapes, primitive values, model inputs
+            return self.use(value, cluster) if isinstance(value, relax.Var) else value
+        if isinstance(layout, _TupleOf):
+            return relax.Tuple([self.whole(v, cluster) for v in layout.fields])
+        if isinstance(layout, _Whole):
+            return self.use(layout.var, cluster)
+        key = (value, cluster)
+        if key not in self._whole:
+            if isinstance(layout, _Sharded):
+                size = layout.bounds[-1][1]
+                self._whole[key] = self.region(value, layout.axis, 0, size, cluster)
+            else:
+                self._whole[key] = self._sum(
+                    [self.use(p, cluster) for p in layout.parts], value.name, cluster
+                )
+        return self._whole[key]
+
+    def region(self, value: relax.Expr, axis: int, lo: int, hi: int, cluster: int) -> relax.Expr:
+        """``value[lo:hi]`` along ``axis`` on ``cluster``, cut where its parts lie."""
+        value = self.resolve(value)
+        name = getattr(value, "name", "const")
+        if isinstance(value, tvm.ir.expr.Constant):
+            array = value.value.numpy()
+            index = [slice(None)] * array.ndim
+            index[axis] = slice(lo, hi)
+            return relax.const(np.ascontiguousarray(array[tuple(index)]), str(value.ty.dtype))
+        layout = self.layout.get(value) if isinstance(value, relax.Var) else None
+        if layout is None:  # a model input
+            return self._slice(self.use(value, cluster), axis, lo, hi, f"{name}_cut", cluster)
+        if isinstance(layout, _Whole):
+            return self.use(self._slice(layout.var, axis, lo, hi, f"{name}_cut", layout.cluster),
+                            cluster)
+        if isinstance(layout, _Partial):
+            pieces = [self.use(self._slice(p, axis, lo, hi, f"{name}_cut", c), cluster)
+                      for p, c in zip(layout.parts, layout.clusters, strict=True)]
+            return self._sum(pieces, name, cluster)
+        pieces = []
+        for part, (begin, end), c in zip(layout.parts, layout.bounds, layout.clusters,
+                                         strict=True):
+            if axis == layout.axis:
+                b, e = max(lo, begin), min(hi, end)
+                if b >= e:
+                    continue
+                piece = self._slice(part, axis, b - begin, e - begin, f"{name}_cut", c)
+            else:
+                piece = self._slice(part, axis, lo, hi, f"{name}_cut", c)
+            pieces.append(self.use(piece, cluster))
+        if len(pieces) == 1:
+            return pieces[0]
+        return self.emit(relax.op.concat(pieces, axis=layout.axis), f"{name}_gathered", cluster)
+
+    def _slice(self, var: relax.Expr, axis: int, lo: int, hi: int, name: str, cluster: int
+               ) -> relax.Expr:
+        if (lo, hi) == (0, _shape(var)[axis]):
+            return var
+        return self.emit(
+            relax.op.strided_slice(var, axes=[axis], begin=[lo], end=[hi]), name, cluster
+        )
+
+    def _sum(self, pieces: list[relax.Expr], name: str, cluster: int) -> relax.Expr:
+        total = pieces[0]
+        for piece in pieces[1:]:
+            total = self.emit(relax.op.add(total, piece), f"{name}_sum", cluster)
+        return total
+
+    def reduce_scatter(self, value: relax.Var) -> _Sharded:
+        """A partial value summed into parts sharded over its own clusters (channels of an NCHW
+        tensor, else the last axis)."""
+        layout = self.layout[value]
+        shape = _shape(layout.parts[0])
+        axis = 1 if len(shape) == 4 else len(shape) - 1
+        k = min(len(layout.clusters), shape[axis])
+        bounds = tuple(even_bounds(shape[axis], k))
+        clusters = layout.clusters[:k]
+        parts = tuple(self.region(value, axis, b, e, c) for (b, e), c in zip(bounds, clusters,
+                                                                             strict=True))
+        sharded = _Sharded(axis, bounds, parts, clusters)
+        self.layout[value] = sharded
+        return sharded
+
+    # -- rules ---------------------------------------------------------------------------------
+
+    def visit(self, binding: relax.VarBinding) -> None:
+        var, value = binding.var, binding.value
+        if isinstance(value, relax.Tuple):
+            self.layout[var] = _TupleOf(tuple(value.fields))
+            return
+        if isinstance(value, relax.TupleGetItem):
+            source = self.resolve(value.tuple_value)
+            layout = self.layout.get(source) if isinstance(source, relax.Var) else None
+            if isinstance(layout, _TupleOf):
+                self.alias[var] = layout.fields[value.index]
+                return
+            if isinstance(source, relax.Tuple):
+                self.alias[var] = source.fields[value.index]
+                return
+        if var in self.splits:
+            self.layout[var] = self._anchor(var, value, *self.splits[var])
+            return
+        if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
+            layout = self._follow(var, value)
+            if layout is not None:
+                self.layout[var] = layout
+                return
+        cluster = self.placed.get(var)
+        if cluster is None:
+            cluster = self._where(value)
+        rebuilt = _map_operands(value, lambda v: self.whole(v, cluster))
+        self.layout[var] = _Whole(self.emit(rebuilt, var.name, cluster), cluster)
+
+    def _where(self, value: relax.Expr) -> int:
+        """Cluster holding most of ``value``'s operand bytes (the home cluster on ties)."""
+        held: dict[int, int] = {}
+        for v in relax.analysis.free_vars(value):
+            layout = self.layout.get(v)
+            if isinstance(layout, _Whole) and layout.cluster is not None:
+                held[layout.cluster] = held.get(layout.cluster, 0) + _nbytes(v)
+            elif isinstance(layout, (_Sharded, _Partial)):
+                for part, c in zip(layout.parts, layout.clusters, strict=True):
+                    held[c] = held.get(c, 0) + _nbytes(part)
+        if not held:
+            return self.home
+        return max(held, key=lambda c: (held[c], c == self.home, -c))
+
+    def _follow(self, var: relax.Var, call: relax.Call) -> _Sharded | None:
+        """The layout of ``call`` when it can follow a sharded operand's layout, else None."""
+        name = call.op.name
+        args = [self.resolve(a) for a in call.args]
+        tensors = [a for a in args if isinstance(a, relax.Var)
+                   and isinstance(self.layout.get(a), (_Whole, _Sharded, _Partial))]
+        if not any(isinstance(self.layout[a], (_Sharded, _Partial)) for a in tensors):
+            return None
+        out = static_shape(var)
+        if out is None or None in out:
+            return None
+        if name in ELEMENTWISE_OPS:
+            if self._gather_is_cheaper(var, call, tensors):
+                return None
+            source = next(a for a in tensors if isinstance(self.layout[a], (_Sharded, _Partial)))
+            layout = self.layout[source]
+            if isinstance(layout, _Partial):
+                layout = self.reduce_scatter(source)
+            axis = layout.axis + len(out) - len(_shape(source))
+            if _shape(source)[layout.axis] != out[axis]:
+                return None
+            return self._parts(var, call, args, axis, layout.bounds, layout,
+                               lambda a, b, e, c: self._operand_region(a, len(out), axis, b, e, c))
+        if name == "relax.matmul":
+            return self._follow_matmul(var, call, args, len(out))
+        data = args[0]
+        if not (isinstance(data, relax.Var) and data in tensors):
+            return None
+        layout = self.layout[data]
+        if isinstance(layout, _Whole):
+            return None
+        if isinstance(layout, _Partial):
+            layout = self.reduce_scatter(data)
+        rank = len(_shape(data))
+        if name == "relax.reshape":
+            mapped = _reshape_bounds(_shape(data), layout.axis, layout.bounds, out)
+            if mapped is None:
+                return None
+            axis, bounds = mapped
+        else:
+            axis, bounds = self._followed_axis(call, layout.axis, rank), layout.bounds
+            if axis is None:
+                return None
+        return self._parts(var, call, args, axis, bounds, layout, lambda a, b, e, c: (
+            self.region(a, layout.axis, b, e, c) if a.same_as(data) else self.whole(a, c)))
+
+    def _follow_matmul(self, var: relax.Var, call: relax.Call, args: list[relax.Expr],
+                       rank: int) -> _Sharded | None:
+        """A matmul of activations (e.g. attention's scores and context) that follows a sharded
+        operand: on a batch axis (heads) both operands are cut alike, so parts stay local; on
+        the left's rows or the right's columns the other operand is read whole. A matmul with a
+        constant weight is an anchor, split only as the plan says."""
+        if any(isinstance(a, tvm.ir.expr.Constant) for a in args):
+            return None
+        for side, source in enumerate(args):
+            layout = self.layout.get(source)
+            if not isinstance(layout, _Sharded):
+                continue
+            own = len(_shape(source))
+            if own < 2 or layout.axis == own - 1 - side:  # the reduction axis: not followed
+                return None
+            axis = layout.axis + rank - own
+            batch = layout.axis < own - 2
+
+            def operand(arg, b, e, c, source=source, layout=layout, axis=axis, batch=batch):
+                if arg.same_as(source):
+                    return self.region(arg, layout.axis, b, e, c)
+                if batch:
+                    return self._operand_region(arg, rank, axis, b, e, c)
+                return self.whole(arg, c)
+
+            return self._parts(var, call, args, axis, layout.bounds, layout, operand)
+        return None
+
+    def _gather_is_cheaper(self, var: relax.Var, call: relax.Call,
+                           tensors: list[relax.Var]) -> bool:
+        """Whether running an elementwise ``call`` whole moves fewer bytes than following its
+        distributed operands: it does when their whole is already gathered where the op is
+        placed (e.g. a residual add of a gathered value and a whole one)."""
+        target = self.placed.get(var)
+        if target is None:
+            target = self._where(call)
+        gather = scatter = 0
+        for a in tensors:
+            layout = self.layout[a]
+            if isinstance(layout, _Whole):
+                scatter += _nbytes(a)
+            elif (a, target) not in self._whole:
+                gather += sum(_nbytes(p) for p, c in zip(layout.parts, layout.clusters,
+                                                         strict=True) if c != target)
+        return gather < scatter
+
+    def _followed_axis(self, call: relax.Call, axis: int, rank: int) -> int | None:
+        """Output axis that input axis ``axis`` becomes under ``call``, or None if a part of the
+        output needs more than the same part of the input."""
+        name, attrs = call.op.name, call.attrs
+        if name in _POOL_OPS:
+            layout = str(attrs.layout)
+            return axis if layout == "NCHW" and axis in (0, 1) else None
+        if name in _REDUCE_OPS:
+            reduced = (range(rank) if attrs.axis is None
+                       else [int(a) % rank for a in attrs.axis])
+            if axis in reduced:
+                return None
+            return axis if attrs.keepdims else axis - sum(1 for a in reduced if a < axis)
+        if name in _AXIS_OPS:
+            return None if int(attrs.axis) % rank == axis else axis
+        if name == "relax.nn.layer_norm":
+            return None if axis in {int(a) % rank for a in attrs.axes} else axis
+        if name == "relax.permute_dims":
+            order = list(range(rank))[::-1] if attrs.axes is None else [int(a) for a in attrs.axes]
+            return order.index(axis)
+        return None
+
+    def _parts(self, var: relax.Var, call: relax.Call, args: list[relax.Expr], axis: int,
+               bounds: tuple[tuple[int, int], ...], layout: _Sharded, operand) -> _Sharded:
+        """One call per part of ``layout`` (the followed operand's), its output part
+        ``bounds[p]`` along ``axis``; ``operand(arg, begin, end, cluster)`` fetches each operand
+        for the part ``[begin, end)`` of the followed one."""
+        out = _shape(var)
+        parts = []
+        for p, ((b, e), c) in enumerate(zip(layout.bounds, layout.clusters, strict=True)):
+            new_args = [operand(a, b, e, c) if isinstance(a, (relax.Var, tvm.ir.expr.Constant))
+                        else a for a in args]
+            if call.op.name == "relax.reshape":
+                shape = list(out)
+                shape[axis] = bounds[p][1] - bounds[p][0]
+                new_args[1] = relax.ShapeExpr(shape)
+            new = relax.Call(call.op, new_args, call.attrs, call.ty_args)
+            parts.append(self.emit(new, f"{var.name}_p{p}", c))
+        return _Sharded(axis, tuple(bounds), tuple(parts), layout.clusters)
+
+    def _operand_region(self, operand: relax.Expr, out_rank: int, axis: int, b: int, e: int,
+                        cluster: int) -> relax.Expr:
+        """The part of an elementwise operand that output part ``[b, e)`` on ``axis`` reads."""
+        shape = static_shape(operand) or []
+        own = axis - (out_rank - len(shape))
+        if own < 0 or shape[own] == 1:
+            return self.whole(operand, cluster)
+        return self.region(operand, own, b, e, cluster)
+
+    # -- anchors -------------------------------------------------------------------------------
+
+    def _anchor(self, var: relax.Var, call: relax.Call, dim: str, clusters: tuple[int, ...]):
+        size = _anchor_size(call, dim)
+        bounds = tuple(even_bounds(size, len(clusters)))
+        conv = call.op.same_as(_CONV2D)
+        parts = []
+        for p, ((b, e), c) in enumerate(zip(bounds, clusters, strict=True)):
+            new = (self._conv2d_part if conv else self._matmul_part)(call, dim, b, e, c)
+            parts.append(self.emit(new, f"{var.name}_p{p}", c))
+        if dim in ("in_channels", "reduction"):
+            return _Partial(tuple(parts), clusters)
+        out = _shape(var)
+        if conv:
+            axis = {"batch": 0, "out_channels": 1, "rows": 2}[dim]
+        else:
+            b_shape = _shape(call.args[1])
+            axis = {"batch": 0, "rows": len(out) - (1 if len(b_shape) == 1 else 2),
+                    "cols": len(out) - 1}[dim]
+        return _Sharded(axis, bounds, tuple(parts), clusters)
+
+    def _conv2d_part(self, call: relax.Call, dim: str, b: int, e: int, c: int) -> relax.Expr:
+        data, weight = call.args
+        groups = int(call.attrs.groups)
+        if dim == "batch":
+            return conv2d_like(call, self.region(data, 0, b, e, c), self.whole(weight, c))
+        if dim == "in_channels" or (dim == "out_channels" and groups > 1):
+            kernel_axis = 1 if dim == "in_channels" else 0
+            changes = {"groups": e - b} if groups > 1 else {}
+            return conv2d_like(call, self.region(data, 1, b, e, c),
+                           self.region(weight, kernel_axis, b, e, c), **changes)
+        if dim == "out_channels":
+            return conv2d_like(call, self.whole(data, c), self.region(weight, 0, b, e, c))
+        # Output rows [b, e) read input rows [lo, hi) of the padded input: a halo exchange.
+        top, left, _, right = (int(p) for p in call.attrs.padding)
+        stride, dilation = int(call.attrs.strides[0]), int(call.attrs.dilation[0])
+        height = _shape(data)[2]
+        extent = (_shape(weight)[2] - 1) * dilation + 1
+        lo, hi = b * stride - top, (e - 1) * stride + extent - top
+        rows = self.region(data, 2, max(lo, 0), min(hi, height), c)
+        pad_top, pad_bottom = max(0, -lo), max(0, hi - height)
+        if pad_top or pad_bottom:
+            rows = self.emit(relax.op.nn.pad(rows, [0, 0, 0, 0, pad_top, pad_bottom, 0, 0]),
+                             "rows_padded", c)
+        return conv2d_like(call, rows, self.whole(weight, c), padding=[0, left, 0, right])
+
+    def _matmul_part(self, call: relax.Call, dim: str, b: int, e: int, c: int) -> relax.Expr:
+        x, w = call.args
+        a, bs, out = _shape(x), _shape(w), _shape(call)
+        if dim == "batch":
+            sliced = matmul_batch_operands(a, bs, out)
+            args = [self.region(v, 0, b, e, c) if i in sliced else self.whole(v, c)
+                    for i, v in enumerate((x, w))]
+        elif dim == "rows":
+            args = [self.region(x, len(a) - 2, b, e, c), self.whole(w, c)]
+        elif dim == "cols":
+            args = [self.whole(x, c), self.region(w, len(bs) - 1, b, e, c)]
+        else:
+            args = [self.region(x, len(a) - 1, b, e, c),
+                    self.region(w, max(len(bs) - 2, 0), b, e, c)]
+        return relax.Call(call.op, args, call.attrs)
+
+
+def _anchor_size(call: relax.Call, dim: str) -> int:
+    data, weight = (_shape(x) for x in call.args)
+    out = _shape(call)
+    if call.op.same_as(_CONV2D):
+        return {"batch": out[0], "out_channels": out[1], "in_channels": data[1],
+                "rows": out[2]}[dim]
+    return {"batch": out[0], "rows": data[-2], "cols": weight[-1], "reduction": data[-1]}[dim]
+
+
+def _reshape_bounds(shape: list[int], axis: int, bounds: Sequence[tuple[int, int]],
+                    out: list[int]) -> tuple[int, tuple[tuple[int, int], ...]] | None:
+    """The output axis and part bounds of a reshape of ``shape`` split along ``axis``, when every
+    part is a block of whole rows of one output axis (e.g. hidden 768 -> 12 heads x 64, split
+    on heads, or [1, 2048, 1, 1] -> [1, 2048]); None otherwise."""
+    before, inner = int(np.prod(shape[:axis])), int(np.prod(shape[axis + 1:]))
+    for out_axis in range(len(out)):
+        out_before, out_inner = int(np.prod(out[:out_axis])), int(np.prod(out[out_axis + 1:]))
+        if out_before != before or out[out_axis] * out_inner != shape[axis] * inner:
+            continue
+        if all((b * inner) % out_inner == 0 and (e * inner) % out_inner == 0 for b, e in bounds):
+            return out_axis, tuple((b * inner // out_inner, e * inner // out_inner)
+                                   for b, e in bounds)
+    return None
+
+
+def _map_operands(value: relax.Expr, fetch) -> relax.Expr:
+    """``value`` with every Var operand (also inside tuples) replaced by ``fetch(var)``."""
+    if isinstance(value, relax.Var):
+        return fetch(value)
+    if isinstance(value, relax.Tuple):
+        return relax.Tuple([_map_operands(f, fetch) for f in value.fields])
+    if isinstance(value, relax.TupleGetItem):
+        return relax.TupleGetItem(_map_operands(value.tuple_value, fetch), value.index)
+    if isinstance(value, relax.Call):
+        args = [_map_operands(a, fetch) for a in value.args]
+        return relax.Call(value.op, args, value.attrs, value.ty_args)
+    return value
+
+
+def distribute(mod: tvm.IRModule, splits: Sequence[DistributedSplit],
+               placed: dict[relax.Var, int] | None = None, home: int = 0
+               ) -> tuple[tvm.IRModule, dict[relax.Var, int]]:
+    """Rewrite ``main`` of the high-level ``mod`` with ``splits`` kept distributed.
+
+    Returns the rewritten module (with boundary markers, see :data:`BOUNDARY`) and the cluster
+    of every binding it emitted. ``placed`` gives the cluster of bindings of ``mod`` (after
+    ``DecomposeOpsForInference``) that run whole; other unsplit ops that do not follow a
+    distributed operand run where most of their operand bytes are (``home`` on ties).
+    """
+    return _distribute(_prepare(mod), splits, placed, home)
+
+
+def _distribute(mod: tvm.IRModule, splits: Sequence[DistributedSplit],
+                placed: dict[relax.Var, int] | None, home: int
+                ) -> tuple[tvm.IRModule, dict[relax.Var, int]]:
+    """:func:`distribute` on a module :func:`_prepare` returned."""
+    anchors = anchor_bindings(mod)
+    infos: list[AnchorInfo] = [info for _, info in anchors]
+    plan, seen = {}, set()
+    for split in splits:
+        check_split(AnchorSplit(split.anchor, split.dim, len(split.clusters)), infos)
+        if split.anchor in seen:
+            raise PlanningError(f"anchor {split.anchor} is split more than once")
+        seen.add(split.anchor)
+        if len(split.clusters) > 1:
+            plan[anchors[split.anchor][0].var] = (split.dim, tuple(split.clusters))
+    main = mod["main"]
+    blocks = main.body.blocks
+    if len(blocks) != 1 or not isinstance(blocks[0], relax.DataflowBlock):
+        raise PlanningError(
+            "DistributeTensors needs 'main' as one dataflow block (as from_onnx makes it), "
+            f"got {len(blocks)} block(s)"
+        )
+    dist = _Distributor(plan, placed or {}, home)
+    outputs = {}
+    attrs = {str(k): v for k, v in main.attrs.items()} if main.attrs else None
+    with dist.bb.function("main", list(main.params), attrs=attrs):
+        with dist.bb.dataflow():
+            for binding in blocks[0].bindings:
+                if not isinstance(binding, relax.VarBinding):
+                    raise PlanningError(
+                        f"DistributeTensors cannot rewrite the match_cast of {binding.var.name}"
+                    )
+                dist.visit(binding)
+                if not isinstance(binding.var, relax.DataflowVar):
+                    source = dist.resolve(binding.var)
+                    layout = dist.layout.get(source) if isinstance(source, relax.Var) else None
+                    at = getattr(layout, "cluster", None)
+                    if isinstance(layout, (_Sharded, _Partial)):
+                        at = layout.clusters[0]
+                    at = dist.home if at is None else at
+                    whole = dist.whole(source, at)
+                    outputs[binding.var] = dist.bb.emit_output(whole)
+                    dist.cluster_of[outputs[binding.var]] = at
+        body = _map_operands(main.body.body, lambda v: outputs.get(v, v))
+        dist.bb.emit_func_output(body)
+    return _with_main(mod, dist.bb.get()["main"]), dist.cluster_of
+
+
+def _prepare(mod: tvm.IRModule) -> tvm.IRModule:
+    """Batch norms decomposed and constant subexpressions folded, as ReduceGraph does first, so
+    that weights are constants (sliced where they are split) and not values that cross clusters.
+    Idempotent: a prepared module comes back with the same Vars."""
+    return relax.transform.FoldConstant()(relax.transform.DecomposeOpsForInference()(mod))
+
+
+def _with_main(mod: tvm.IRModule, main: relax.Function) -> tvm.IRModule:
+    functions = {gv: (main if gv.name_hint == "main" else f) for gv, f in mod.functions_items()}
+    return tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
+
+
+def drop_boundaries(mod: tvm.IRModule) -> tvm.IRModule:
+    """``mod`` with every :data:`BOUNDARY` marker of ``main`` replaced by its operand."""
+    main = mod["main"]
+    replace: dict[relax.Var, relax.Expr] = {}
+    blocks = []
+    for block in main.body.blocks:
+        bindings = []
+        for binding in block.bindings:
+            value = binding.value
+            if (isinstance(value, relax.Call) and value.op.same_as(_PURE_PACKED)
+                    and str(value.args[0].global_symbol) == BOUNDARY):
+                replace[binding.var] = replace.get(value.args[1], value.args[1])
+                continue
+            new_value = _map_operands(value, lambda v: replace.get(v, v))
+            bindings.append(relax.VarBinding(binding.var, new_value))
+        blocks.append(type(block)(bindings))
+    body = relax.SeqExpr(blocks, _map_operands(main.body.body, lambda v: replace.get(v, v)))
+    return _with_main(mod, relax.Function(main.params, body, main.ret_ty, main.is_pure,
+                                          main.attrs))
+
+
+def planned_clusters(mod: tvm.IRModule, op_cluster: Sequence[int],
+                     target: str | tvm.target.Target = "llvm") -> dict[relax.Var, int]:
+    """The cluster of every binding of the high-level ``mod`` (as :func:`distribute` prepares
+    it: decomposed for inference, constants folded), from ``op_cluster``, the clusters of the
+    ops of ``ReduceGraph(mod)``: a binding runs where the fused op holding it runs. Empty when
+    the fused ops cannot be matched (their count differs).
+
+    FuseOps renames what it groups, and shares one function between identical groups, so
+    bindings are matched by data flow: each binding of a fused op (or of ``main``) is the first
+    unmatched binding of ``mod`` that reads the same values.
+    """
+    lowering = [relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
+                relax.transform.FoldConstant(), relax.transform.FuseOps()]
+    with tvm.target.Target(target) if isinstance(target, str) else target:
+        fused = tvm.transform.Sequential(lowering)(mod)
+    bindings = [b for block in fused["main"].body.blocks for b in block.bindings]
+    if sum(isinstance(b.value, relax.Call) for b in bindings) != len(op_cluster):
+        return {}
+    high = [b for block in mod["main"].body.blocks for b in block.bindings]
+    unmatched = {b.var: frozenset(relax.analysis.free_vars(b.value)) for b in high}
+    # a Var of the lowered module -> the Var of mod
+    same = dict(zip(fused["main"].params, mod["main"].params, strict=True))
+
+    def match(value: relax.Expr, var: relax.Var) -> relax.Var | None:
+        reads = frozenset(same.get(v, v) for v in relax.analysis.free_vars(value)
+                          if v not in constant)
+        found = next((h for h, r in unmatched.items() if r == reads), None)
+        if found is not None:
+            del unmatched[found]
+            same[var] = found
+        return found
+
+    constant: set[relax.Var] = set()  # parameters of fused functions bound to constants
+    cluster: dict[relax.Var, int] = {}
+    index = -1
+    for binding in bindings:
+        value = binding.value
+        if not isinstance(value, relax.Call):  # tuples of op results, which DCE drops later
+            match(value, binding.var)
+            continue
+        index += 1
+        callee = fused[value.op] if isinstance(value.op, tvm.ir.GlobalVar) else None
+        if not isinstance(callee, relax.Function):
+            found = match(value, binding.var)
+            if found is not None:
+                cluster[found] = int(op_cluster[index])
+            continue
+        for param, arg in zip(callee.params, value.args, strict=True):
+            if isinstance(arg, relax.Var):
+                same[param] = same.get(arg, arg)
+            else:
+                constant.add(param)
+        for block in callee.body.blocks:
+            for inner in block.bindings:
+                found = match(inner.value, inner.var)
+                if found is not None:
+                    cluster[found] = int(op_cluster[index])
+        output = callee.body.body
+        if isinstance(output, relax.Var) and output in same:
+            same[binding.var] = same[output]
+    return cluster
+
+
+def distribute_and_reduce(mod: tvm.IRModule, splits: Sequence[DistributedSplit],
+                          op_cluster: Sequence[int] | None = None, home: int = 0,
+                          target: str | tvm.target.Target = "llvm"
+                          ) -> tuple[tvm.IRModule, list[int]]:
+    """:func:`distribute`, then ReduceGraph: the reduced module and the cluster of each binding
+    of its ``main``. ``op_cluster`` places the ops of ``ReduceGraph(mod)`` that run whole (see
+    :func:`planned_clusters`); a binding FuseOps made anew runs where its first producer runs."""
+    mod = _prepare(mod)
+    placed = planned_clusters(mod, op_cluster, target) if op_cluster is not None else {}
+    distributed, cluster_of = _distribute(mod, splits, placed, home)
+    reduced = ReduceGraph(target)(distributed)
+    # FuseOps binds a fused group to a new Var; every group reads a value of its own cluster
+    # or a boundary marker, which runs on the reading cluster.
+    for block in reduced["main"].body.blocks:
+        for binding in block.bindings:
+            if binding.var not in cluster_of:
+                operands = [v for v in relax.analysis.free_vars(binding.value) if v in cluster_of]
+                cluster_of[binding.var] = cluster_of[operands[0]] if operands else home
+    reduced = drop_boundaries(reduced)
+    clusters = [cluster_of[b.var] for block in reduced["main"].body.blocks
+                for b in block.bindings]
+    return reduced, clusters

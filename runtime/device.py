@@ -1,0 +1,214 @@
+"""The simulated device: the workload of a plan on the C++ simulator, with DMA engines and DRAM.
+
+A workload is tasks on clusters (cycles from the shared cost model), messages on the system's
+routes, and weight fetches from DRAM controllers or lending clusters' SRAM
+(:mod:`tvm_chiplet.targets.workload` builds it). :func:`simulate_workload` turns each DRAM
+controller into a link in front of its fetches' routes and gives each streaming cluster a DMA
+engine, runs :func:`~tvm_chiplet.runtime.simulator.simulate`, and returns a
+:class:`DeviceSimResult`. Planners receive :func:`simulate_workload` from the driver as their
+judge; :func:`simulate_plan` simulates a compiled artifact's ``plan.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from tvm_chiplet.runtime.simulator import SimMessage, SimResult, SimTask, simulate
+from tvm_chiplet.targets.cost_model import static_energy_pj
+from tvm_chiplet.targets.system import ChipletSystem
+
+ENERGY_TERMS = ("compute", "sram", "noc", "nop", "dram", "static")
+"""The parts of :attr:`Energy.per_inference_pj`: MACs, SRAM accesses, on-chip and die-to-die
+links, DRAM controllers, and the chiplets' static power over the run."""
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Energy:
+    """Energy per inference of a simulated run, in picojoules, at the device dtype.
+
+    ``per_inference_pj[term]`` for each of :data:`ENERGY_TERMS`; ``cluster_pj`` (compute +
+    SRAM), ``link_pj`` and ``dram_pj`` are indexed by cluster, link and controller id.
+    ``modelled`` is False for a system without energy coefficients (everything is then 0).
+    A lent share of a fetch is charged on the links it crosses, not on the lender's SRAM.
+    """
+
+    per_inference_pj: dict[str, float]
+    cluster_pj: np.ndarray
+    link_pj: np.ndarray
+    dram_pj: np.ndarray
+    modelled: bool
+
+    @property
+    def total_pj(self) -> float:
+        """Energy of one inference, every term included."""
+        return float(sum(self.per_inference_pj.values()))
+
+    def to_dict(self) -> dict:
+        return {
+            "modelled": self.modelled,
+            "per_inference_pj": {k: float(v) for k, v in self.per_inference_pj.items()},
+            "total_pj": self.total_pj,
+            "cluster_pj": [float(x) for x in self.cluster_pj],
+            "link_pj": [float(x) for x in self.link_pj],
+            "dram_pj": [float(x) for x in self.dram_pj],
+        }
+
+
+def run_energy(tasks: list[dict], system: ChipletSystem, sim: SimResult, rounds: int,
+               inputs: int, dram_bytes: np.ndarray) -> Energy:
+    """The :class:`Energy` of ``rounds`` runs of ``tasks`` (``mac_pj`` / ``sram_pj`` each, as
+    :func:`~tvm_chiplet.targets.workload.build_workload` gives them) that served ``inputs``
+    inputs, with the links' and controllers' bytes of ``sim``."""
+    cluster_pj = np.zeros(system.num_clusters)
+    mac_pj = sram_pj = 0.0
+    for task in tasks:
+        mac, sram = task.get("mac_pj", 0.0), task.get("sram_pj", 0.0)
+        cluster_pj[task["cluster"]] += mac + sram
+        mac_pj, sram_pj = mac_pj + mac, sram_pj + sram
+    scale = rounds / inputs
+    links = sorted(system.links, key=lambda link: link.id)
+    link_pj = np.array([8.0 * float(sim.link_bytes[link.id]) * link.energy_pj_per_bit
+                        for link in links]) / inputs
+    dram_pj = np.array([8.0 * float(nbytes) * dram.energy_pj_per_bit
+                        for nbytes, dram in zip(dram_bytes, system.drams, strict=True)]) / inputs
+    per_inference = {
+        "compute": mac_pj * scale,
+        "sram": sram_pj * scale,
+        "noc": float(sum(link_pj[link.id] for link in links if link.kind == "noc")),
+        "nop": float(sum(link_pj[link.id] for link in links if link.kind == "nop")),
+        "dram": float(dram_pj.sum()),
+        "static": static_energy_pj(float(sim.total_cycles), system) / inputs,
+    }
+    return Energy(per_inference, cluster_pj * scale, link_pj, dram_pj, system.has_energy)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class DeviceSimResult(SimResult):
+    """A :class:`SimResult` for a chiplet system, plus its DRAM controllers' load.
+
+    ``dram_bytes``, ``dram_busy_cycles`` and ``dram_utilisation`` are indexed by controller id.
+    ``copies``: how many copies of one input's work the task graph holds (input-level data
+    parallelism); then each of the ``batches`` rounds runs ``copies`` inputs, ``inputs`` is
+    ``batches * copies`` and ``throughput_per_cycle`` counts inputs, not rounds. ``energy``:
+    the run's energy per inference (:class:`Energy`). ``calibrated``: the ``flow`` network ran
+    with the system's :class:`~tvm_chiplet.targets.system.FlowCalibration`.
+    """
+
+    dram_bytes: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    dram_busy_cycles: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    dram_utilisation: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    copies: int = 1
+    energy: Energy | None = None
+    calibrated: bool = False
+
+    @property
+    def inputs(self) -> int:
+        """Inputs the simulation ran: ``batches`` rounds of ``copies`` inputs."""
+        return int(self.batches) * self.copies
+
+
+def simulate_workload(
+    tasks: list[dict], messages: list[dict], system: ChipletSystem, batches: int = 1,
+    network: str = "flow", progress=None, fetches: list[dict] = (), copies: int = 1,
+) -> DeviceSimResult:
+    """Simulate tasks (``name``, ``cluster``, ``cycles``), routed messages and DRAM fetches.
+
+    With ``copies > 1`` the tasks are that many independent copies of one input's work (see
+    :func:`~tvm_chiplet.targets.workload.replicate_items`): ``batches`` inputs run as
+    ``ceil(batches / copies)`` rounds of every copy, so when ``copies`` does not divide
+    ``batches`` the last round runs a few inputs more than asked for.
+
+    With the ``flow`` network, a system's :attr:`~ChipletSystem.calibration` scales each link's
+    and controller's bandwidth by its kind's efficiency (fitted against the ``flit`` model).
+    Each DRAM controller becomes a link of its bandwidth in front of the fetch's route (a part
+    lent from another cluster's SRAM, ``dram`` None, takes its route alone), and
+    each streaming cluster gets a DMA engine (a zero-cycle task stream of its own) that runs
+    its fetches one after another (a fetch's parts from several controllers in parallel), so
+    fetches contend for controllers and links like messages do. The
+    result covers the system's clusters, links, tasks and messages only (fetch tasks, engines
+    and controller links are simulated but left out). ``progress(fraction)`` is called as the
+    simulation advances; Ctrl-C stops it cleanly.
+    """
+    if copies < 1:
+        raise ValueError(f"copies must be >= 1, got {copies}")
+    links = sorted(system.links, key=lambda link: link.id)
+    bandwidth = [link.bandwidth for link in links] + [d.bandwidth for d in system.drams]
+    calibration = system.calibration if network == "flow" else None
+    if calibration is not None:
+        kinds = [link.kind for link in links] + ["dram"] * len(system.drams)
+        bandwidth = [b * calibration.factor(kind) for b, kind in zip(bandwidth, kinds,
+                                                                      strict=True)]
+    latency = [link.latency for link in links] + [0.0] * len(system.drams)
+    sim_tasks = [SimTask(t["name"], t["cluster"], float(t["cycles"])) for t in tasks]
+    sim_messages = [
+        SimMessage(m["src"], m["dst"], int(m["bytes"]), list(m["route"])) for m in messages
+    ]
+    engines: dict[int, int] = {}
+    landing: dict[int, int] = {}  # task index -> its landing task
+    for fetch in fetches:
+        engine = engines.setdefault(fetch["cluster"], system.num_clusters + len(engines))
+        task = fetch["task"]
+        if task not in landing:
+            # One DMA transfer at a time per cluster: the engine issues a fetch, then waits
+            # for all its parts to land before it issues the next one.
+            issue = len(sim_tasks)
+            sim_tasks.append(SimTask(f"dram:{tasks[task]['name']}", engine, 0.0))
+            sim_tasks.append(SimTask(f"landed:{tasks[task]['name']}", engine, 0.0))
+            landing[task] = issue + 1
+            sim_messages.append(SimMessage(issue + 1, task, 0, []))
+            if fetch["after"] is not None:
+                sim_messages.append(SimMessage(fetch["after"], issue, 0, []))
+        issue = landing[task] - 1
+        # A part from DRAM first crosses its controller; a part lent by another cluster's SRAM
+        # only crosses the network.
+        source = [] if fetch.get("dram") is None else [len(links) + fetch["dram"]]
+        sim_messages.append(
+            SimMessage(issue, landing[task], fetch["bytes"], [*source, *fetch["route"]])
+        )
+    sim = simulate(
+        sim_tasks,
+        sim_messages,
+        link_bandwidth=np.array(bandwidth, dtype=np.float64),
+        link_latency=np.array(latency, dtype=np.float64),
+        num_clusters=system.num_clusters + len(engines),
+        batches=math.ceil(batches / copies),
+        network=network,
+        progress=progress,
+    )
+    n, t, m, k = system.num_clusters, len(tasks), len(messages), len(links)
+    fields = {f.name: getattr(sim, f.name) for f in dataclasses.fields(SimResult)}
+    fields.update(
+        task_names=sim.task_names[:t],
+        task_start=sim.task_start[:, :t],
+        task_end=sim.task_end[:, :t],
+        message_arrival=sim.message_arrival[:, :m],
+        cluster_busy_cycles=sim.cluster_busy_cycles[:n],
+        cluster_wait_cycles=sim.cluster_wait_cycles[:n],
+        cluster_idle_cycles=sim.cluster_idle_cycles[:n],
+        cluster_utilisation=sim.cluster_utilisation[:n],
+        link_bytes=sim.link_bytes[:k],
+        link_busy_cycles=sim.link_busy_cycles[:k],
+        link_utilisation=sim.link_utilisation[:k],
+        throughput_per_cycle=sim.throughput_per_cycle * copies,
+    )
+    rounds = math.ceil(batches / copies)
+    return DeviceSimResult(
+        **fields,
+        dram_bytes=sim.link_bytes[k:],
+        dram_busy_cycles=sim.link_busy_cycles[k:],
+        dram_utilisation=sim.link_utilisation[k:],
+        copies=copies,
+        energy=run_energy(tasks, system, sim, rounds, rounds * copies, sim.link_bytes[k:]),
+        calibrated=calibration is not None,
+    )
+
+
+def simulate_plan(
+    plan: dict, system: ChipletSystem, batches: int = 1, network: str = "flow", progress=None
+) -> DeviceSimResult:
+    """Simulate a compiled plan on its system: tasks with cost-model cycles, routed messages."""
+    return simulate_workload(plan["tasks"], plan["messages"], system, batches, network, progress,
+                             plan.get("dram_fetches", []), copies=plan.get("copies", 1))

@@ -1,0 +1,164 @@
+"""DistributeTensors: split layers stay distributed, with collectives only where layouts change."""
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+from tvm_chiplet.passes.distribute_tensors import (
+    DistributedSplit,
+    distribute_and_reduce,
+)
+from tvm_chiplet.passes.planners import PlanningError
+from tvm_chiplet.tools import models
+from tvm_chiplet.tools.frontends import load_model
+
+RNG = np.random.default_rng(0)
+
+
+def const(*shape):
+    return relax.const(RNG.normal(size=shape).astype("float32"))
+
+
+def conv_chain(second: str = "in_channels"):
+    """x -> conv 8->16 -> relu -> conv 16->8 (3x3) -> relu: an out/in channel or row chain."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 8, 12, 12), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            a = bb.emit(relax.op.nn.relu(relax.op.nn.conv2d(x, const(16, 8, 3, 3),
+                                                            padding=[1, 1, 1, 1])))
+            b = bb.emit(relax.op.nn.conv2d(a, const(8, 16, 3, 3), padding=[1, 1, 1, 1]))
+            out = bb.emit_output(relax.op.nn.relu(b))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def mlp():
+    """Megatron's MLP: matmul (columns) -> gelu -> matmul (reduction)."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((16, 32), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            h = bb.emit(relax.op.nn.gelu(relax.op.matmul(x, const(32, 64))))
+            out = bb.emit_output(relax.op.matmul(h, const(64, 32)))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def run(mod, inputs):
+    vm = relax.VirtualMachine(tvm.compile(mod, "llvm"), tvm.cpu())
+    return vm["main"](*[tvm.runtime.tensor(v) for v in inputs]).numpy()
+
+
+def crossings(reduced, clusters):
+    """(bytes, producer cluster, reader cluster) of every value read on another cluster."""
+    bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
+    where = {b.var: c for b, c in zip(bindings, clusters, strict=True)}
+    moved = []
+    for binding, cluster in zip(bindings, clusters, strict=True):
+        for v in relax.analysis.free_vars(binding.value):
+            if v in where and where[v] != cluster:
+                shape = [int(d) for d in v.ty.shape.values]
+                moved.append((int(np.prod(shape)) * 4, where[v], cluster))
+    return moved
+
+
+def check_numerics(mod, reduced, shape):
+    x = RNG.normal(size=shape).astype("float32")
+    np.testing.assert_allclose(run(reduced, [x]), run(mod, [x]), rtol=1e-4, atol=1e-4)
+
+
+def test_out_then_in_channels_need_no_communication_until_the_partial_sums():
+    mod = conv_chain()
+    splits = [DistributedSplit(0, "out_channels", (0, 1)),
+              DistributedSplit(1, "in_channels", (0, 1))]
+    reduced, clusters = distribute_and_reduce(mod, splits, home=0)
+    check_numerics(mod, reduced, (1, 8, 12, 12))
+    assert set(clusters) == {0, 1}
+    # The first conv's channel halves feed the second conv's matching input halves in place.
+    # The partial sums are reduce-scattered (each cluster sends the other its half, 4 of 8
+    # channels), the relu runs on both halves, and the result is gathered on cluster 0.
+    half = 4 * 12 * 12 * 4
+    assert sorted(crossings(reduced, clusters)) == [(half, 0, 1), (half, 1, 0), (half, 1, 0)]
+
+
+def test_a_partial_sum_followed_by_an_elementwise_op_is_reduce_scattered():
+    mod = conv_chain()
+    splits = [DistributedSplit(1, "in_channels", (2, 3))]
+    reduced, clusters = distribute_and_reduce(mod, splits, home=0)
+    check_numerics(mod, reduced, (1, 8, 12, 12))
+    # The input is cut on cluster 0 and its channel halves sent to 2 and 3. Each of them sends
+    # the other the half of its partial sum that the other keeps (reduce-scatter), the relu runs
+    # on both halves, and cluster 2, which holds the first half, gathers the result.
+    half = 4 * 12 * 12 * 4
+    assert sorted(crossings(reduced, clusters)) == sorted([
+        (2 * half, 0, 2), (2 * half, 0, 3), (half, 2, 3), (half, 3, 2), (half, 3, 2)])
+
+
+def test_row_splits_exchange_only_the_halo_rows():
+    mod = conv_chain()
+    splits = [DistributedSplit(0, "rows", (0, 1)), DistributedSplit(1, "rows", (0, 1))]
+    reduced, clusters = distribute_and_reduce(mod, splits, home=0)
+    check_numerics(mod, reduced, (1, 8, 12, 12))
+    # A 3x3 conv with padding 1 needs one row of its neighbour's 16-channel half: 16 x 12.
+    halo = [m for m in crossings(reduced, clusters) if m[0] == 16 * 12 * 4]
+    assert sorted(halo) == [(16 * 12 * 4, 0, 1), (16 * 12 * 4, 1, 0)]
+
+
+def test_megatron_mlp_columns_then_reduction_moves_only_the_final_sum():
+    mod = mlp()
+    splits = [DistributedSplit(0, "cols", (0, 1, 2, 3)),
+              DistributedSplit(1, "reduction", (0, 1, 2, 3))]
+    reduced, clusters = distribute_and_reduce(mod, splits, home=0)
+    check_numerics(mod, reduced, (16, 32))
+    moved = crossings(reduced, clusters)
+    # The output (16 x 32) is summed from four partials: three of them cross to cluster 0.
+    assert sorted(moved) == [(16 * 32 * 4, c, 0) for c in (1, 2, 3)]
+
+
+def test_attention_heads_stay_split_through_reshape_and_transpose():
+    mod = load_model(models.get_model("transformer-block"))
+    # The query, key and value projections split by columns = by heads (4 heads of 16).
+    splits = [DistributedSplit(a, "cols", (0, 1, 2, 3)) for a in (0, 1, 2)]
+    reduced, clusters = distribute_and_reduce(mod, splits, home=0)
+    x = models.example_inputs(models.get_model("transformer-block"), seed=3)
+    np.testing.assert_allclose(run(reduced, list(x.values())), run(mod, list(x.values())),
+                               rtol=1e-4, atol=1e-4)
+    # Scores, softmax and context run per head on every cluster; the heads' contexts (16 x 16
+    # each) are gathered once, for the output projection that runs whole on cluster 0.
+    bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
+    softmax = [c for b, c in zip(bindings, clusters, strict=True)
+               if "softmax" in str(b.value.args[0])]
+    assert sorted(softmax) == [0, 1, 2, 3]
+    assert sorted(crossings(reduced, clusters)) == [(16 * 16 * 4, c, 0) for c in (1, 2, 3)]
+
+
+def test_a_matmul_of_activations_does_not_follow_an_operand_sharded_on_its_reduction_axis():
+    """q's columns and q^T's rows are the reduction axes of q @ k^T and h @ q^T: the matmuls
+    read them gathered (a part would sum over only some of the reduction)."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((16, 32), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            q = bb.emit(relax.op.matmul(x, const(32, 64)))
+            k = bb.emit(relax.op.matmul(x, const(32, 64)))
+            h = bb.emit(relax.op.matmul(x, const(32, 64)))
+            scores = bb.emit(relax.op.matmul(q, relax.op.permute_dims(k)))
+            mixed = bb.emit(relax.op.matmul(h, relax.op.permute_dims(q)))
+            out = bb.emit_output(relax.op.add(scores, mixed))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    splits = [DistributedSplit(0, "cols", (0, 1)), DistributedSplit(1, "rows", (2, 3))]
+    reduced, _ = distribute_and_reduce(mod, splits, home=0)
+    check_numerics(mod, reduced, (16, 32))
+
+
+@pytest.mark.parametrize("split, message", [
+    (DistributedSplit(7, "rows", (0, 1)), r"anchor 7"),
+    (DistributedSplit(0, "heads", (0, 1)), r"heads"),
+    (DistributedSplit(0, "out_channels", tuple(range(17))), r"17"),
+])
+def test_bad_splits_name_the_anchor_and_the_dimension(split, message):
+    with pytest.raises(PlanningError, match=message):
+        distribute_and_reduce(conv_chain(), [split])

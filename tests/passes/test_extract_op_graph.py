@@ -1,0 +1,117 @@
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+from tvm.script import tirx as T
+
+from tvm_chiplet.passes import ReduceGraph
+from tvm_chiplet.passes.analysis.extract_op_graph import AnalysisError, extract_op_graph
+
+
+def test_a_gather_from_a_constant_table_counts_only_the_rows_it_reads():
+    table = np.arange(1000 * 16, dtype="float32").reshape(1000, 16)
+    builder = relax.BlockBuilder()
+    ids = relax.Var("ids", relax.TensorType((4,), "int64"))
+    with builder.function("main", [ids]):
+        with builder.dataflow():
+            rows = builder.emit(relax.op.take(relax.const(table), ids, axis=0))
+            out = builder.emit_output(relax.op.multiply(rows, relax.const(table[:4])))
+        builder.emit_func_output(out)
+    graph = extract_op_graph(ReduceGraph()(builder.get()))
+    gather = next(op for op in graph.ops if "take" in op.name)
+    assert gather.weight_bytes == 4 * 16 * 4  # the rows read, not the 64 kB table
+    product = next(op for op in graph.ops if "multiply" in op.name and op is not gather)
+    assert product.weight_bytes == 4 * 16 * 4
+
+
+# TVM's FLOP estimator has no rule for a Let expression ("Do not have a default for prim.Let").
+@T.prim_func(private=True, s_tir=True)
+def _square_plus_one(a: T.Buffer((4, 16), "float32"), b: T.Buffer((4, 16), "float32")):
+    for i, j in T.grid(4, 16):
+        with T.sblock("b"):
+            vi, vj = T.axis.remap("SS", [i, j])
+            x = T.float32()
+            b[vi, vj] = T.Let(x * x, where={x: a[vi, vj] + T.float32(1)})
+
+
+@T.prim_func(private=True, s_tir=True)
+def _sum_of_squares(a: T.Buffer((4, 16), "float32"), b: T.Buffer((4,), "float32")):
+    for i, j in T.grid(4, 16):
+        with T.sblock("b"):
+            vi, vj = T.axis.remap("SR", [i, j])
+            with T.init():
+                b[vi] = T.float32(0)
+            x = T.float32()
+            b[vi] = b[vi] + T.Let(x * x, where={x: a[vi, vj]})
+
+
+def _calling(prim_func: tvm.tirx.PrimFunc, out_shape: tuple[int, ...]) -> tvm.IRModule:
+    """``main`` calling ``prim_func`` once on a ``[4, 16]`` input."""
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((4, 16), "float32"))
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            gvar = builder.add_func(prim_func, "kernel")
+            out_ty = relax.TensorType(out_shape, "float32")
+            out = builder.emit_output(relax.call_tir(gvar, (x,), out_ty))
+        builder.emit_func_output(out)
+    return builder.get()
+
+
+def test_the_flop_estimator_rejects_a_let_expression():
+    with pytest.raises(tvm.error.InternalError, match=r"prim\.Let"):
+        tvm.s_tir.analysis.estimate_tir_flops(tvm.IRModule({"main": _square_plus_one}))
+
+
+def test_an_elementwise_op_the_estimator_rejects_counts_one_flop_per_output_element():
+    mod = relax.transform.AnnotateTIROpPattern()(_calling(_square_plus_one, (4, 16)))
+    (op,) = extract_op_graph(mod).ops
+    assert op.flops == 4 * 16
+
+
+def test_a_reduction_the_estimator_rejects_counts_one_flop_per_input_element():
+    mod = relax.transform.AnnotateTIROpPattern()(_calling(_sum_of_squares, (4,)))
+    (op,) = extract_op_graph(mod).ops
+    assert op.flops == 4 * 16
+
+
+def test_an_op_the_estimator_rejects_without_an_op_pattern_is_named_in_the_error():
+    with pytest.raises(AnalysisError, match=r"PrimFunc 'kernel'.*estimated_flops"):
+        extract_op_graph(_calling(_square_plus_one, (4, 16)))
+
+
+def test_an_estimated_flops_attribute_gives_the_count_of_an_op_the_estimator_rejects():
+    mod = _calling(_square_plus_one, (4, 16))
+    gvar = mod.get_global_var("kernel")
+    mod[gvar] = mod[gvar].with_attr("estimated_flops", 128)
+    (op,) = extract_op_graph(mod).ops
+    assert op.flops == 128
+
+
+def _embedding_module():
+    """An fp32 table gathered by int64 ids, then scaled by an fp32 constant."""
+    table = np.ones((100, 16), dtype="float32")
+    builder = relax.BlockBuilder()
+    ids = relax.Var("ids", relax.TensorType((4,), "int64"))
+    with builder.function("main", [ids]):
+        with builder.dataflow():
+            rows = builder.emit(relax.op.take(relax.const(table), ids, axis=0))
+            out = builder.emit_output(relax.op.multiply(rows, relax.const(table[:4])))
+        builder.emit_func_output(out)
+    return ReduceGraph()(builder.get())
+
+
+@pytest.mark.parametrize(("device_dtype", "width"), [("int8", 1), ("fp16", 2), ("bf16", 2),
+                                                     ("fp32", 4)])
+def test_float_tensors_count_at_the_device_precision(device_dtype, width):
+    graph = extract_op_graph(_embedding_module(), device_dtype)
+    gather = next(op for op in graph.ops if "take" in op.name)
+    assert gather.weight_bytes == 4 * 16 * width
+    assert gather.output_bytes == 4 * 16 * width
+    assert gather.input_bytes == 4 * 8  # the int64 ids keep their width
+
+
+def test_without_a_device_dtype_tensors_count_at_their_ir_dtype():
+    graph = extract_op_graph(_embedding_module())
+    assert graph.total_weight_bytes == extract_op_graph(_embedding_module(), "fp32") \
+        .total_weight_bytes == 2 * 4 * 16 * 4
