@@ -3,6 +3,7 @@
 from tvm_chiplet.passes.annotate_placement import AnnotatePlacement
 from tvm_chiplet.passes.fold_constant_calls import FoldConstantCalls
 from tvm_chiplet.passes.keep_quantized_weights import KeepQuantizedWeights
+from tvm_chiplet.passes.legalize_once import LegalizeOnce
 from tvm_chiplet.passes.partition_by_cluster import PartitionByCluster
 from tvm_chiplet.passes.pipeline import PIPELINES, get_pipeline
 from tvm_chiplet.passes.plan_placement import PlanPlacement
@@ -16,6 +17,7 @@ __all__ = [
     "AnnotatePlacement",
     "FoldConstantCalls",
     "KeepQuantizedWeights",
+    "LegalizeOnce",
     "PartitionByCluster",
     "PlanPlacement",
     "PlanSplitPlacement",

@@ -37,6 +37,8 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from tvm_chiplet.passes.fold_constant_calls import FoldConstantCalls
+from tvm_chiplet.passes.legalize_once import LegalizeOnce
 from tvm_chiplet.passes.planners.placement import PlanningError
 from tvm_chiplet.passes.reduce_graph import ReduceGraph
 from tvm_chiplet.passes.split_operators import (
@@ -608,8 +610,30 @@ def _distribute(mod: tvm.IRModule, splits: Sequence[DistributedSplit],
 def _prepare(mod: tvm.IRModule) -> tvm.IRModule:
     """Batch norms decomposed and constant subexpressions folded, as ReduceGraph does first, so
     that weights are constants (sliced where they are split) and not values that cross clusters.
-    Idempotent: a prepared module comes back with the same Vars."""
-    return relax.transform.FoldConstant()(relax.transform.DecomposeOpsForInference()(mod))
+    The ops of ``main`` computed from constants only are legalized (:class:`LegalizeOnce`) and
+    evaluated (:class:`FoldConstantCalls`), each kernel built once; TVM's ``FoldConstant``
+    folds what is left (shapes of constants); every other op stays high-level. Idempotent: a
+    prepared module comes back with the same Vars."""
+    mod = relax.transform.DecomposeOpsForInference()(mod)
+    derived: set[relax.Var] = set()
+
+    def from_constants(call: relax.Call) -> bool:
+        operands = relax.analysis.free_vars(call)
+        return all(v in derived for v in operands)
+
+    for block in mod["main"].body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
+                    and from_constants(value)):
+                derived.add(binding.var)
+    if not derived:
+        return mod
+    return tvm.transform.Sequential([
+        LegalizeOnce(select=from_constants), FoldConstantCalls(),
+        relax.transform.FoldConstant(),  # what is left, e.g. shapes of constants
+        relax.transform.DeadCodeElimination(["main"]),
+    ])(mod)
 
 
 def _with_main(mod: tvm.IRModule, main: relax.Function) -> tvm.IRModule:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 from collections import Counter
 
 import tvm
@@ -35,12 +36,15 @@ def anchor_op_ids(graph: OpGraph) -> list[int]:
 
 
 def split_problem(mod: tvm.IRModule, reduced: tvm.IRModule, system: ChipletSystem,
-                  simulator: WorkloadSimulator | None = None) -> tuple[PlanningProblem, list[int]]:
+                  simulator: WorkloadSimulator | None = None,
+                  target: str | tvm.target.Target = "llvm") -> tuple[PlanningProblem, list[int]]:
     """The planning problem of ``reduced`` with the split dimensions of ``mod``'s anchors.
 
     When the anchors of ``mod`` do not match the fused ops (a module given after legalization)
     the problem has no split dimensions, and splitting strategies say so. ``simulator`` judges
-    the planner's candidates (see :class:`PlanningProblem`).
+    the planner's candidates (see :class:`PlanningProblem`); placements that split ops are
+    judged on the module they realise (a :class:`SplitRealiser` of ``mod``, as
+    ``problem.realise``).
     """
     graph = extract_op_graph(reduced, system.device_dtype)
     anchors = find_anchors(mod)
@@ -49,23 +53,59 @@ def split_problem(mod: tvm.IRModule, reduced: tvm.IRModule, system: ChipletSyste
         # Not the high-level module (e.g. already legalized): nothing can be split.
         return PlanningProblem(graph, system, Topology(system), simulator=simulator), op_ids
     split_dims = {op_id: dict(a.dims) for op_id, a in zip(op_ids, anchors, strict=True) if a.dims}
-    return PlanningProblem(graph, system, Topology(system), split_dims, simulator), op_ids
+    realiser = SplitRealiser(mod, op_ids, system.device_dtype, target)
+    return PlanningProblem(graph, system, Topology(system), split_dims, simulator,
+                           realiser), op_ids
 
 
-def realise_splits(mod: tvm.IRModule, anchors: list[int], placement: Placement,
-                   target: str | tvm.target.Target = "llvm") -> tuple[tvm.IRModule, Placement]:
-    """Apply ``placement``'s splits to the high-level ``mod`` with their parts kept distributed
-    (:func:`~.distribute_tensors.distribute_and_reduce`): the reduced module and the placement
-    of its ops. ``anchors`` lists the planned graph's conv2d / matmul ops (:func:`split_problem`);
-    ops that run whole keep their planned clusters."""
-    index = {op_id: i for i, op_id in enumerate(anchors)}
-    splits = [DistributedSplit(index[s.op_id], s.dim, s.clusters) for s in placement.splits]
-    home = Counter(placement.op_cluster).most_common(1)[0][0] if placement.op_cluster else 0
-    reduced, op_cluster = distribute_and_reduce(mod, splits, placement.op_cluster, home, target)
+class SplitRealiser:
+    """Realises placements that split ops of one high-level module, each distinct one once.
+
+    ``realiser(placement)`` gives the op graph of the realised module (at ``device_dtype``) and
+    the placement of its ops, which is what the compiled artifact runs: planners' candidates
+    are judged on it (:func:`~.planners.evaluate.simulate_placement`).
+    :meth:`module` gives the realised module itself. ``anchors`` lists the planned graph's
+    conv2d / matmul ops (:func:`split_problem`).
+    """
+
+    def __init__(self, mod: tvm.IRModule, anchors: list[int], device_dtype: str | None = None,
+                 target: str | tvm.target.Target = "llvm") -> None:
+        self.mod, self.anchors, self.device_dtype, self.target = mod, anchors, device_dtype, target
+        self._cache: dict[tuple, tuple[tvm.IRModule, OpGraph, tuple[int, ...]]] = {}
+        self._lock = threading.Lock()
+
+    def _realised(self, placement: Placement) -> tuple[tvm.IRModule, OpGraph, tuple[int, ...]]:
+        key = (placement.op_cluster, placement.splits)
+        with self._lock:  # TE legalization keeps global state: one realisation at a time
+            if key not in self._cache:
+                self._cache[key] = self._realise(placement)
+        return self._cache[key]
+
+    def _realise(self, placement: Placement) -> tuple[tvm.IRModule, OpGraph, tuple[int, ...]]:
+        index = {op_id: i for i, op_id in enumerate(self.anchors)}
+        splits = [DistributedSplit(index[s.op_id], s.dim, s.clusters) for s in placement.splits]
+        home = Counter(placement.op_cluster).most_common(1)[0][0] if placement.op_cluster else 0
+        reduced, op_cluster = distribute_and_reduce(self.mod, splits, placement.op_cluster, home,
+                                                    self.target)
+        return reduced, extract_op_graph(reduced, self.device_dtype), tuple(op_cluster)
+
+    def __call__(self, placement: Placement) -> tuple[OpGraph, Placement]:
+        _, graph, op_cluster = self._realised(placement)
+        return graph, _realised_placement(placement, op_cluster)
+
+    def module(self, placement: Placement) -> tuple[tvm.IRModule, Placement]:
+        """The reduced module with ``placement``'s splits kept distributed
+        (:func:`~.distribute_tensors.distribute_and_reduce`) and the placement of its ops; ops
+        that run whole keep their planned clusters."""
+        reduced, _, op_cluster = self._realised(placement)
+        return reduced, _realised_placement(placement, op_cluster)
+
+
+def _realised_placement(placement: Placement, op_cluster: tuple[int, ...]) -> Placement:
     stages = sorted(set(op_cluster))
-    return reduced, Placement(
+    return Placement(
         strategy=placement.strategy,
-        op_cluster=tuple(op_cluster),
+        op_cluster=op_cluster,
         op_stage=tuple(stages.index(c) for c in op_cluster),
         stage_clusters=tuple(stages),
         objective_cycles=placement.objective_cycles,
@@ -87,7 +127,7 @@ class PlanSplitPlacement:
 
     1. ReduceGraph, then the op graph with every conv2d / matmul's split dimensions;
     2. the planner decides (op, dimension, clusters) splits on that graph;
-    3. :func:`realise_splits`: DistributeTensors rewrites the high-level module with the split
+    3. :class:`SplitRealiser`: DistributeTensors rewrites the high-level module with the split
        ops' parts kept distributed (ops that run whole on their planned clusters), ReduceGraph
        reduces it again; AnnotatePlacement writes the clusters of its ops.
 
@@ -115,9 +155,9 @@ class PlanSplitPlacement:
 
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         reduced = ReduceGraph(self.target)(mod)
-        problem, anchors = split_problem(mod, reduced, self.system, self.simulator)
+        problem, _ = split_problem(mod, reduced, self.system, self.simulator, self.target)
         placement = self.planner.plan(problem)
         if not placement.splits:
             return AnnotatePlacement(placement)(reduced)
-        split, final = realise_splits(mod, anchors, placement, self.target)
+        split, final = problem.realise.module(placement)
         return AnnotatePlacement(final)(split)

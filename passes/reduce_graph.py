@@ -7,6 +7,7 @@ from tvm import relax
 
 from tvm_chiplet.passes.fold_constant_calls import FoldConstantCalls
 from tvm_chiplet.passes.keep_quantized_weights import KeepQuantizedWeights
+from tvm_chiplet.passes.legalize_once import LegalizeOnce
 
 
 @tvm.transform.module_pass(opt_level=0, name="ReduceGraph")
@@ -15,8 +16,9 @@ class ReduceGraph:
 
     Runs TVM's ``DecomposeOpsForInference``, ``LegalizeOps``, ``AnnotateTIROpPattern``,
     ``FoldConstant``, ``FuseOps``, ``FuseTIR`` and ``DeadCodeElimination`` under ``target``,
-    with :class:`FoldConstantCalls` before ``FoldConstant`` (same result, each PrimFunc built
-    once instead of once per call).
+    with :class:`LegalizeOnce` before ``LegalizeOps`` and :class:`FoldConstantCalls` before
+    ``FoldConstant`` (same result; each op signature legalized, each PrimFunc built, once
+    instead of once per call).
     Constants are folded before anything is partitioned, so weight-only computations (e.g. a
     transposed weight) do not become values that cross clusters. The integer weights of a
     quantized model stay integers, decoded inside the kernel reading them
@@ -41,6 +43,7 @@ class ReduceGraph:
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         lowering = [
             relax.transform.DecomposeOpsForInference(),
+            LegalizeOnce(),
             relax.transform.LegalizeOps(),
             relax.transform.AnnotateTIROpPattern(),
             FoldConstantCalls(self.target),

@@ -17,10 +17,11 @@ class AutoPlanner:
     """Try several strategies and keep the one the simulator judges best.
 
     Each candidate's placement is simulated with the shared cost model (``batches`` pipelined
-    inputs, ``network`` model). The objective is the time of those inputs, pipeline fill
-    included (``"time"``, what the benchmark's ratio to the bound measures), the steady-state
-    throughput (``"throughput"``, which ignores the fill), batch-1 latency (``"latency"``), the
-    energy per inference (``"energy"``) or the energy-delay product (``"edp"``: energy per
+    inputs, ``network`` model), as built: op splits realised when the problem can realise
+    them. The objective is the time of those inputs, pipeline fill included (``"time"``, what
+    the benchmark's ratio to the bound measures), the steady-state throughput
+    (``"throughput"``, which ignores the fill), batch-1 latency (``"latency"``), the energy per
+    inference (``"energy"``) or the energy-delay product (``"edp"``: energy per
     inference times the time of the inputs; the simulated result's ``energy``).
     Candidates that cannot apply (they raise :class:`PlanningError`) are skipped and listed.
     The comparison is kept in ``placement.notes["auto"]``.
@@ -92,7 +93,8 @@ class AutoPlanner:
             except PlanningError as err:
                 rows.append({"strategy": planner.name, "skipped": str(err)})
                 continue
-            sim = simulate_placement(problem, placement, self.batches, self.network)
+            sim = simulate_placement(problem, placement, self.batches, self.network,
+                                     as_built=True)
             score = self._score(sim)
             row = {
                 "strategy": planner.name,

@@ -23,6 +23,11 @@ a workload of :func:`~tvm_chiplet.targets.workload.build_workload`; returns a re
 per-link and per-controller loads (:func:`tvm_chiplet.runtime.device.simulate_workload`).
 """
 
+SplitRealise = Callable[[Placement], tuple[OpGraph, Placement]]
+"""Realises a placement's splits, handed in by the driver with the module: returns the op graph
+of the realised module and the placement of its ops
+(:class:`tvm_chiplet.passes.plan_split_placement.SplitRealiser`)."""
+
 
 @dataclass
 class PlanningProblem:
@@ -34,7 +39,10 @@ class PlanningProblem:
     ``simulator`` is the device simulator that judges candidates (see :data:`WorkloadSimulator`;
     planners reach it only through
     :func:`~tvm_chiplet.passes.planners.evaluate.simulate_placement`); strategies that compare
-    candidates need it.
+    candidates need it. ``realise`` turns a placement that splits ops into the op graph of the
+    module it realises and the placement of that graph's ops (see :data:`SplitRealise`), so that
+    such a placement is judged as it will run; without it, split ops are judged from
+    :func:`~tvm_chiplet.passes.planners.placement.part_bytes` (parts combined on one cluster).
     """
 
     graph: OpGraph
@@ -42,6 +50,7 @@ class PlanningProblem:
     topology: Topology
     split_dims: dict[int, dict[str, int]] = field(default_factory=dict)
     simulator: WorkloadSimulator | None = None
+    realise: SplitRealise | None = None
 
     def __post_init__(self) -> None:
         self.op_cycles = self._cycles(weights_resident=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tvm_chiplet.passes.analysis.op_graph import OpGraph
 from tvm_chiplet.passes.planners.base import PlanningProblem
 from tvm_chiplet.passes.planners.placement import (
     REDUCTION_DIMS,
@@ -20,6 +21,11 @@ from tvm_chiplet.targets.workload import (
 
 
 def placement_items(problem: PlanningProblem, placement: Placement) -> list[WorkItem]:
+    """The work items of ``placement`` on ``problem.graph`` (:func:`graph_items`)."""
+    return graph_items(problem.graph, placement)
+
+
+def graph_items(graph: OpGraph, placement: Placement) -> list[WorkItem]:
     """Compute ops as work items on their clusters; plumbing ops pass their producers through.
 
     A split op (:class:`OpSplit`) becomes one item per part (bytes from :func:`part_bytes`)
@@ -27,7 +33,6 @@ def placement_items(problem: PlanningProblem, placement: Placement) -> list[Work
     its consumers read. A placement with :attr:`Placement.replicas` gives the items of one
     input on every copy (:func:`replicate_items`), copy 0 first.
     """
-    graph = problem.graph
     splits = {s.op_id: s for s in placement.splits}
     producers: dict[int, dict[int, int]] = {}  # op -> {compute op: bytes}
     index_of: dict[int, int] = {}
@@ -78,9 +83,15 @@ def _split_items(items: list[WorkItem], op, split: OpSplit, deps: list[tuple[int
 
 
 def simulate_placement(
-    problem: PlanningProblem, placement: Placement, batches: int = 1, network: str = "flow"
+    problem: PlanningProblem, placement: Placement, batches: int = 1, network: str = "flow",
+    as_built: bool = False,
 ):
     """Simulate ``placement``: its workload from the shared cost model on ``problem.simulator``.
+
+    With ``as_built``, a placement that splits ops is first realised by ``problem.realise``
+    (when the problem has one) and simulated exactly as the compiled artifact runs; that costs
+    a rewrite and reduction of the module (seconds), so searches over many candidates judge
+    split ops from :func:`graph_items` and keep ``as_built`` for their final comparisons.
 
     The one door from planners to the device simulator. Raises :class:`PlanningError` when the
     problem carries no simulator.
@@ -91,7 +102,10 @@ def simulate_placement(
             "problem has none; pass simulator=tvm_chiplet.runtime.device.simulate_workload to "
             "PlanPlacement / PlanSplitPlacement / get_pipeline (tvm_chiplet.build does)"
         )
-    items = placement_items(problem, placement)
+    graph = problem.graph
+    if as_built and placement.splits and problem.realise is not None:
+        graph, placement = problem.realise(placement)
+    items = graph_items(graph, placement)
     tasks, messages, _, fetches = build_workload(
         items, problem.system, problem.topology, placement.dram_policy, placement.dram_shares,
         replicate_loans(placement.sram_loans, placement.copy_maps))

@@ -152,12 +152,15 @@ LAYER_SEQUENTIAL_DIMS = ("out_channels", "cols", "rows", "batch")
 
 
 class LayerSequentialPlanner:
-    """Baseline: every splittable op split across all clusters, one op at a time.
+    """Baseline: every layer over all clusters, weights stationary, one layer at a time.
 
-    As tiled accelerators classically run a network: each conv2d / matmul is split along its
-    first weight dimension (output channels, matmul columns) over every cluster (fewer when the
-    dimension is smaller), its parts gathered on the first cluster in snake order, where every
-    other op runs. For comparison only.
+    As Simba and Tangram run a network: each conv2d / matmul is split along its first weight
+    dimension (output channels, matmul columns) over every cluster in snake order (fewer when
+    the dimension is smaller), so each cluster holds its slice of every layer's weights (in
+    SRAM when they fit). DistributeTensors keeps the activations distributed between layers:
+    the ops in between follow the channel split, and each layer gathers its input from every
+    cluster (an all-gather), not through one cluster. Ops that nothing splits run on the first
+    cluster. For comparison only (``auto`` does not try it).
     """
 
     name = "layer-sequential"

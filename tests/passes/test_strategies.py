@@ -5,11 +5,7 @@ import pytest
 import tvm_chiplet
 from tvm_chiplet.passes import ReduceGraph
 from tvm_chiplet.passes.analysis.extract_op_graph import extract_op_graph
-from tvm_chiplet.passes.plan_split_placement import (
-    anchor_op_ids,
-    realise_splits,
-    split_problem,
-)
+from tvm_chiplet.passes.plan_split_placement import split_problem
 from tvm_chiplet.passes.planners import (
     AutoPlanner,
     PipelinePlanner,
@@ -48,22 +44,17 @@ def test_placement_is_judged_exactly_as_the_compiled_plan(resnet18_problem):
         assert judged.total_cycles == pytest.approx(compiled.total_cycles, rel=1e-12)
 
 
-def test_realised_split_placement_is_judged_exactly_as_the_compiled_plan(resnet18_problem):
+def test_split_placement_is_judged_as_realised_exactly_as_the_compiled_plan(resnet18_problem):
     model, problem = resnet18_problem
     placement = TensorParallelPlanner().plan(problem)
-    anchors = anchor_op_ids(problem.graph)
-    split, realised = realise_splits(load_model(model), anchors, placement)
-    realised_problem = PlanningProblem(extract_op_graph(split, problem.system.device_dtype),
-                                       problem.system, problem.topology,
-                                       simulator=simulate_workload)
     lib = tvm_chiplet.build(model, target="chiplet/mesh-4x4", strategy="tensor-parallel")
-    judged = simulate_placement(realised_problem, realised, 8).total_cycles
+    judged = simulate_placement(problem, placement, 8, as_built=True).total_cycles
     compiled = simulate_plan(lib.plan, lib.system, 8).total_cycles
     assert judged == pytest.approx(compiled, rel=1e-12)
-    # Before realisation the planner's view differs: each op's epilogue moves to its combine,
-    # which the planner does not see, so its view is optimistic (at int8 by about 2x).
-    planned = simulate_placement(problem, placement, 8).total_cycles
-    assert 0.4 * compiled <= planned <= compiled
+    # Not as built, split ops are judged from part_bytes, their parts combined on one cluster:
+    # a cruder estimate.
+    crude = simulate_placement(problem, placement, 8).total_cycles
+    assert crude != pytest.approx(compiled, rel=1e-3)
 
 
 def test_single_puts_everything_on_one_cluster(resnet18_problem):

@@ -28,7 +28,7 @@ from tvm_chiplet.passes.planners import PlanningError, get_planner
 from tvm_chiplet.runtime.device import ENERGY_TERMS, simulate_workload
 from tvm_chiplet.targets.system_toml import load_system
 from tvm_chiplet.tools import models
-from tvm_chiplet.tools.bench.strategies import Realiser, bench_strategy
+from tvm_chiplet.tools.bench.strategies import bench_strategy
 from tvm_chiplet.tools.frontends import load_model
 
 SILICON = {"latency_ms": 0.50, "throughput_per_s": 1988.0, "tops_per_w": 6.1, "peak_tops": 128.0}
@@ -45,13 +45,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     mod = load_model(models.get_model(MODEL))
     system = load_system(PRESET).with_device_dtype(DTYPE)
-    problem, anchors = split_problem(mod, ReduceGraph()(mod), system, simulate_workload)
-    realiser = Realiser(mod, anchors)
+    problem, _ = split_problem(mod, ReduceGraph()(mod), system, simulate_workload)
     ops = problem.graph.total_flops
     rows = []
     for name in args.strategies:
         try:
-            row = bench_strategy(get_planner(name), problem, BATCHES, "flow", realise=realiser)
+            row = bench_strategy(get_planner(name), problem, BATCHES, "flow")
         except PlanningError as err:
             print(f"[simba] {name}: skipped ({err})", flush=True)
             continue

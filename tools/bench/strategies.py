@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import dataclasses
 import itertools
 import os
 import sys
@@ -25,7 +24,7 @@ import time
 from tvm_chiplet.build import compare_to_bound
 from tvm_chiplet.passes import ReduceGraph, ReplicateDataParallel
 from tvm_chiplet.passes.analysis.extract_op_graph import extract_op_graph
-from tvm_chiplet.passes.plan_split_placement import realise_splits, split_problem
+from tvm_chiplet.passes.plan_split_placement import split_problem
 from tvm_chiplet.passes.planners import (
     PLANNERS,
     AutoPlanner,
@@ -75,44 +74,30 @@ def make_planners(names: list[str], batches: int, ilp_time_limit: float) -> dict
     return planners
 
 
-class Realiser:
-    """Realises placements that split ops on one model, caching the split modules' op graphs."""
-
-    def __init__(self, mod, anchors: list[int]) -> None:
-        self.mod, self.anchors, self.cache = mod, anchors, {}
-
-    def __call__(self, problem: PlanningProblem, placement):
-        if not placement.splits:
-            return problem, placement
-        key = (problem.system.device_dtype, placement.op_cluster,
-               *((s.op_id, s.dim, s.clusters) for s in placement.splits))
-        if key not in self.cache:
-            split, realised = realise_splits(self.mod, self.anchors, placement)
-            self.cache[key] = (extract_op_graph(split, problem.system.device_dtype), realised)
-        graph, realised = self.cache[key]
-        return dataclasses.replace(problem, graph=graph, split_dims={}), realised
-
-
 def bench_strategy(
     planner: Planner, problem: PlanningProblem, batches: int, network: str,
-    samples_per_input: int = 1, realise=None,
+    samples_per_input: int = 1,
 ) -> dict:
     """Plan, then simulate one input (latency) and ``batches`` pipelined inputs (throughput).
 
     ``samples_per_input`` > 1 is for data-parallel graphs, whose one input carries that many
-    samples: throughput is then counted in samples per second. ``realise(problem, placement)``
-    turns a placement that splits ops into the realised module's problem and placement.
+    samples: throughput is then counted in samples per second. A placement that splits ops is
+    simulated as realised (``problem.realise``), against the bound of the realised op graph, as
+    ``tvmc compile`` reports it.
     """
     started = time.perf_counter()
     placement = planner.plan(problem)
     plan_s = time.perf_counter() - started
     splits = len(placement.splits)
-    problem, placement = realise(problem, placement) if realise else (problem, placement)
+    graph = problem.graph
+    if placement.splits and problem.realise is not None:
+        graph, _ = problem.realise(placement)
     # Latency: one round (one input per copy) against the bound of one input.
-    single = compare_to_bound(simulate_placement(problem, placement, 1, network),
-                              problem.graph, problem.system, inputs=1)
-    streamed = compare_to_bound(simulate_placement(problem, placement, batches, network),
-                                problem.graph, problem.system)
+    single = compare_to_bound(simulate_placement(problem, placement, 1, network, as_built=True),
+                              graph, problem.system, inputs=1)
+    streamed = compare_to_bound(simulate_placement(problem, placement, batches, network,
+                                                   as_built=True),
+                                graph, problem.system)
     freq = problem.system.frequency_hz
     notes = placement.notes
     return {
@@ -221,18 +206,15 @@ def main(argv: list[str] | None = None) -> int:
             reduced = ReduceGraph()(mod)
             print(f"[strategies] {model_name}: reduced in "
                   f"{time.perf_counter() - started:.1f} s", flush=True)
-            realiser = None
             for preset, dtype in itertools.product(args.presets, args.device_dtypes):
                 system = load_system(preset).with_device_dtype(dtype)
-                problem, anchors = split_problem(mod, reduced, system, simulate_workload)
-                realiser = realiser or Realiser(mod, anchors)
+                problem, _ = split_problem(mod, reduced, system, simulate_workload)
                 for strategy, planner in planners.items():
                     try:
                         if strategy == DataParallelPlanner.name:
                             row = bench_data_parallel(model_name, options, system, args)
                         else:
-                            row = bench_strategy(planner, problem, args.batches, args.network,
-                                                 realise=realiser)
+                            row = bench_strategy(planner, problem, args.batches, args.network)
                     except PlanningError as err:
                         print(f"[strategies] {model_name} {preset} {dtype} {strategy}: skipped "
                               f"({err})")
