@@ -14,13 +14,14 @@ SLOW_PIPELINE = FlitParams(
     routing_delay=2, vc_alloc_delay=0, switch_alloc_delay=1, switch_traversal_delay=2
 )
 PIPELINES = pytest.mark.parametrize("params", [FlitParams(), SLOW_PIPELINE])
+LINK_BYTES = 16  # bandwidth of the links of _one_message, hence the default flit width
 
 
 def _one_message(nbytes: int, route: list[int], num_links: int, **kwargs) -> float:
     """Cycles from the producer's end (cycle 10) to the message's arrival, on 1-cycle links."""
     tasks = [SimTask("producer", 0, 10.0), SimTask("consumer", 1, 5.0)]
     messages = [SimMessage(0, 1, nbytes, route=route)]
-    bandwidth, latency = [16.0] * num_links, [1.0] * num_links
+    bandwidth, latency = [float(LINK_BYTES)] * num_links, [1.0] * num_links
     result = simulate(tasks, messages, bandwidth, latency, num_clusters=2, **kwargs)
     return float(result.message_arrival[0, 0]) - 10.0
 
@@ -73,7 +74,7 @@ def test_batch_exchange_drains_in_zero_load_latency_plus_serialised_packets(para
 @pytest.mark.parametrize("packets", [1, 2, 10, 100])
 def test_long_message_serialisation_adds_packet_flits_per_extra_packet(packets):
     params = FlitParams()
-    nbytes = packets * params.packet_flits * int(params.flit_bytes)
+    nbytes = packets * params.packet_flits * LINK_BYTES
     latency = _one_message(nbytes, [0, 1, 2], 3, network="flit")
     assert latency == params.zero_load_latency(3, 3.0) + (packets - 1) * params.packet_flits
 
@@ -81,9 +82,10 @@ def test_long_message_serialisation_adds_packet_flits_per_extra_packet(packets):
 @pytest.mark.parametrize("packet_flits", [1, 2, 8])
 def test_each_extra_flit_of_a_packet_adds_one_cycle(packet_flits):
     params = FlitParams(packet_flits=packet_flits)
-    nbytes = packet_flits * int(params.flit_bytes)
+    nbytes = packet_flits * LINK_BYTES
     latency = _one_message(nbytes, [0, 1], 2, network="flit", flit_params=params)
-    single = _one_message(16, [0, 1], 2, network="flit", flit_params=FlitParams(packet_flits=1))
+    one_flit = FlitParams(packet_flits=1)
+    single = _one_message(LINK_BYTES, [0, 1], 2, network="flit", flit_params=one_flit)
     assert latency - single == packet_flits - 1
 
 
