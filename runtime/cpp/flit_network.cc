@@ -124,6 +124,8 @@ FlitCore::FlitCore(FlitLinks links, const FlitParams& params)
   // (an injection unit rotates over its VCs) leave on different VCs, not one behind another.
   vc_rr_.resize(units * num_vcs_);
   for (int64_t i = 0; i < units * num_vcs_; ++i) vc_rr_[i] = static_cast<int32_t>(i % num_vcs_);
+  vc_unit_.resize(units * num_vcs_);
+  for (int64_t i = 0; i < units * num_vcs_; ++i) vc_unit_[i] = static_cast<int32_t>(i / num_vcs_);
   out_vc_rr_.assign(num_links_ * num_vcs_, 0);
   out_vc_owner_.assign(num_links_ * num_vcs_, -1);
   credits_.resize(num_links_ * num_vcs_);
@@ -137,6 +139,14 @@ FlitCore::FlitCore(FlitLinks links, const FlitParams& params)
   while (wheel < max_latency + 2) wheel *= 2;
   credit_wheel_.resize(wheel);
   credit_mask_ = wheel - 1;
+  // A sleeping VC waits at most for a flit crossing a link (switch, latency, flit time), its
+  // route computation and VC allocation.
+  int64_t horizon = to_switch_end_ + max_latency + max_flit_cycles + params_.routing_delay +
+                    params_.vc_alloc_delay + 2;
+  wheel = 1;
+  while (wheel <= horizon) wheel *= 2;
+  wake_wheel_.resize(wheel);
+  wake_mask_ = wheel - 1;
   int64_t nodes = links_.num_nodes;
   source_queue_.resize(nodes);
   inject_packet_.assign(nodes, -1);
@@ -144,6 +154,10 @@ FlitCore::FlitCore(FlitLinks links, const FlitParams& params)
   inject_vc_.assign(nodes, 0);
   inject_rr_.assign(nodes, 0);
   vc_nonempty_.assign((units * num_vcs_ + 63) / 64, 0);
+  head_waiting_.assign((units * num_vcs_ + 63) / 64, 0);
+  vc_allocated_.assign((units * num_vcs_ + 63) / 64, 0);
+  credit_waiter_.assign(num_links_ * num_vcs_, -1);
+  vc_waiters_.resize(num_links_);
   unit_nonempty_.assign((units + 63) / 64, 0);
   unit_flits_.assign(units, 0);
   source_busy_.assign((nodes + 63) / 64, 0);
@@ -177,23 +191,14 @@ void FlitCore::SkipTo(int64_t cycle) {
   }
 }
 
-int64_t FlitCore::NextOutput(const Flit& flit) const {
+inline int64_t FlitCore::NextOutput(const Flit& flit) const {
   const Packet& p = packets_[flit.packet];
   if (flit.hop < p.hops) return p.route[flit.hop];
   return num_links_ + p.dst;  // ejection port
 }
 
-double FlitCore::FlitBytes(const Flit& flit) const {
+inline double FlitCore::FlitBytes(const Flit& flit) const {
   return flit.tail ? packets_[flit.packet].tail_bytes : params_.flit_bytes;
-}
-
-int64_t FlitCore::NextSet(const std::vector<uint64_t>& bits, int64_t from, int64_t end) {
-  while (from < end) {
-    uint64_t word = bits[from >> 6] >> (from & 63);
-    if (word != 0) return std::min(end, from + static_cast<int64_t>(__builtin_ctzll(word)));
-    from = (from | 63) + 1;
-  }
-  return end;
 }
 
 int64_t FlitCore::NextBusyCycle() const {
@@ -239,7 +244,7 @@ int64_t FlitCore::NextBusyCycle() const {
       }
       continue;
     }
-    int64_t ready = std::max(vc.sa_ready, Front(vc).arrival);
+    int64_t ready = std::max(vc.sa_ready, vc.front_arrival);
     int64_t out = vc.out_port;
     if (out < num_links_) {
       ready = std::max(ready, link_ready_[out]);
@@ -274,17 +279,38 @@ void FlitCore::SkipDeadCycles(int64_t limit) {
     cycle_ = std::max(cycle_, last_move_ + deadlock_limit_ + 1);
     ReportDeadlock();
   }
-  for (int64_t c = cycle_; c < target && c <= cycle_ + credit_mask_ && credits_pending_ > 0;
-       ++c) {
+  // Every pending credit and wake-up is due within one turn of its wheel.
+  int64_t turn = std::max(credit_mask_, wake_mask_);
+  for (int64_t c = cycle_; c < target && c <= cycle_ + turn; ++c) {
     ApplyCredits(c);
+    WakeDue(c);
   }
   cycle_ = target;
 }
 
 void FlitCore::ApplyCredits(int64_t cycle) {
   std::vector<int32_t>& due = credit_wheel_[cycle & credit_mask_];
-  for (int32_t out_vc : due) ++credits_[out_vc];
+  for (int32_t out_vc : due) {
+    ++credits_[out_vc];
+    if (credit_waiter_[out_vc] >= 0) {
+      SetBit(&vc_allocated_, credit_waiter_[out_vc]);
+      credit_waiter_[out_vc] = -1;
+    }
+  }
   credits_pending_ -= static_cast<int64_t>(due.size());
+  due.clear();
+}
+
+void FlitCore::Sleep(int64_t index, int64_t due, int64_t kind) {
+  TVM_FFI_ICHECK(due > cycle_ && due - cycle_ <= wake_mask_)
+      << "flit network: VC " << index << " sleeps until " << due << " at cycle " << cycle_;
+  ClearBit(kind == 0 ? &vc_allocated_ : &head_waiting_, index);
+  wake_wheel_[due & wake_mask_].push_back(static_cast<int32_t>(2 * index + kind));
+}
+
+void FlitCore::WakeDue(int64_t cycle) {
+  std::vector<int32_t>& due = wake_wheel_[cycle & wake_mask_];
+  for (int32_t item : due) SetBit((item & 1) ? &head_waiting_ : &vc_allocated_, item >> 1);
   due.clear();
 }
 
@@ -294,10 +320,16 @@ void FlitCore::Push(int64_t index, const Flit& flit) {
   if (slot >= vc.depth) slot -= vc.depth;
   flits_[vc.base + slot] = flit;
   if (vc.count++ == 0) {
-    if (flit.head) vc.head_ready = flit.arrival + params_.routing_delay;
+    vc.front_arrival = flit.arrival;
+    if (vc.out_port < 0) {
+      vc.head_ready = flit.arrival + params_.routing_delay;
+      SetBit(&head_waiting_, index);
+    } else {  // the body of a packet whose head has left
+      SetBit(&vc_allocated_, index);
+    }
     SetBit(&vc_nonempty_, index);
   }
-  int64_t unit = index / num_vcs_;
+  int64_t unit = vc_unit_[index];
   if (unit_flits_[unit]++ == 0) SetBit(&unit_nonempty_, unit);
   ++buffered_flits_;
 }
@@ -306,14 +338,21 @@ void FlitCore::Pop(int64_t index) {
   InputVc& vc = vcs_[index];
   bool tail = Front(vc).tail;
   if (++vc.start == vc.depth) vc.start = 0;
-  if (--vc.count == 0) ClearBit(&vc_nonempty_, index);
-  int64_t unit = index / num_vcs_;
+  if (--vc.count == 0) {
+    ClearBit(&vc_nonempty_, index);
+    ClearBit(&vc_allocated_, index);
+  } else {
+    vc.front_arrival = Front(vc).arrival;
+  }
+  int64_t unit = vc_unit_[index];
   if (--unit_flits_[unit] == 0) ClearBit(&unit_nonempty_, unit);
   --buffered_flits_;
   if (tail) {
     vc.out_port = -1;
     if (vc.count > 0) {
-      vc.head_ready = std::max(Front(vc).arrival, cycle_ + 1) + params_.routing_delay;
+      vc.head_ready = std::max(vc.front_arrival, cycle_ + 1) + params_.routing_delay;
+      SetBit(&head_waiting_, index);
+      ClearBit(&vc_allocated_, index);
     }
   }
 }
@@ -377,7 +416,14 @@ void FlitCore::GrantVc(int64_t index, int64_t out, int64_t out_vc) {
   vc.out_port = static_cast<int32_t>(out);
   vc.out_vc = static_cast<int32_t>(out_vc);
   vc.sa_ready = cycle_ + params_.vc_alloc_delay;
+  ClearBit(&head_waiting_, index);
+  SetBit(&vc_allocated_, index);
   if (out < num_links_) out_vc_owner_[out * num_vcs_ + out_vc] = static_cast<int32_t>(index);
+}
+
+void FlitCore::WaitForVc(int64_t index, int64_t out) {
+  ClearBit(&head_waiting_, index);
+  vc_waiters_[out].push_back(static_cast<int32_t>(index));
 }
 
 // Stage 1: every waiting head picks the first free VC of its output from its own pointer;
@@ -386,25 +432,30 @@ void FlitCore::AllocateVcsSeparable() {
   ++round_;
   vc_arbiters_.slots.clear();
   int64_t total = static_cast<int64_t>(vcs_.size());
-  for (int64_t i = NextSet(vc_nonempty_, 0, total); i < total;
-       i = NextSet(vc_nonempty_, i + 1, total)) {
+  for (int64_t i = NextSet(head_waiting_, 0, total); i < total;
+       i = NextSet(head_waiting_, i + 1, total)) {
     const InputVc& vc = vcs_[i];
-    if (vc.out_port >= 0 || vc.head_ready > cycle_) continue;
+    if (vc.head_ready > cycle_) {
+      Sleep(i, vc.head_ready, 1);
+      continue;
+    }
     int64_t out = NextOutput(Front(vc));
     if (out >= num_links_) {
       GrantVc(i, out, 0);
       continue;
     }
     int64_t base = out * num_vcs_;
-    for (int64_t k = 0; k < num_vcs_; ++k) {
+    bool offered = false;
+    for (int64_t k = 0; k < num_vcs_ && !offered; ++k) {
       int64_t w = vc_rr_[i] + k;
       if (w >= num_vcs_) w -= num_vcs_;
       if (out_vc_owner_[base + w] < 0) {
         vc_arbiters_.Offer(round_, static_cast<int32_t>(base + w), static_cast<int32_t>(i),
                            Distance(i, out_vc_rr_[base + w], total));
-        break;
+        offered = true;
       }
     }
+    if (!offered) WaitForVc(i, out);
   }
   for (int32_t slot : vc_arbiters_.slots) {
     int32_t winner = vc_arbiters_.best[slot];
@@ -415,10 +466,10 @@ void FlitCore::AllocateVcsSeparable() {
   }
 }
 
-bool FlitCore::SwitchReady(int64_t index) const {
+inline bool FlitCore::SwitchReady(int64_t index) const {
   const InputVc& vc = vcs_[index];
   if (vc.count == 0 || vc.out_port < 0 || vc.sa_ready > cycle_) return false;
-  if (Front(vc).arrival > cycle_) return false;
+  if (vc.front_arrival > cycle_) return false;
   int64_t out = vc.out_port;
   return out >= num_links_ ||
          (link_ready_[out] <= cycle_ && credits_[out * num_vcs_ + vc.out_vc] > 0);
@@ -429,25 +480,50 @@ bool FlitCore::SwitchReady(int64_t index) const {
 void FlitCore::AllocateSwitchSeparable() {
   ++round_;
   output_arbiters_.slots.clear();
-  int64_t units = NumUnits();
-  for (int64_t unit = NextSet(unit_nonempty_, 0, units); unit < units;
-       unit = NextSet(unit_nonempty_, unit + 1, units)) {
-    for (int64_t k = 0; k < num_vcs_; ++k) {
-      int64_t v = unit_rr_[unit] + k;
-      if (v >= num_vcs_) v -= num_vcs_;
-      int64_t index = unit * num_vcs_ + v;
-      if (!SwitchReady(index)) continue;
-      int64_t out = vcs_[index].out_port;
-      output_arbiters_.Offer(round_, static_cast<int32_t>(out), static_cast<int32_t>(index),
-                             Distance(unit, out_rr_[out], units));
-      break;
+  int64_t units = NumUnits(), total = static_cast<int64_t>(vcs_.size());
+  int64_t unit = -1, best = -1, best_distance = 0;
+  auto offer = [&]() {
+    if (best < 0) return;
+    int64_t out = vcs_[best].out_port;
+    output_arbiters_.Offer(round_, static_cast<int32_t>(out), static_cast<int32_t>(best),
+                           Distance(unit, out_rr_[out], units));
+  };
+  // A unit's VCs are adjacent: visit the allocated ones in order, unit after unit.
+  for (int64_t i = NextSet(vc_allocated_, 0, total); i < total;
+       i = NextSet(vc_allocated_, i + 1, total)) {
+    int64_t owner = vc_unit_[i];
+    if (owner != unit) {
+      offer();
+      unit = owner;
+      best = -1;
+    }
+    const InputVc& vc = vcs_[i];
+    int64_t out = vc.out_port;
+    int64_t wake = std::max(vc.sa_ready, vc.front_arrival);
+    if (out < num_links_) wake = std::max(wake, link_ready_[out]);
+    if (wake > cycle_) {
+      Sleep(i, wake, 0);
+      continue;
+    }
+    if (out < num_links_ && credits_[out * num_vcs_ + vc.out_vc] == 0) {
+      // Only this VC spends the credits of its output VC: nothing changes before one returns.
+      ClearBit(&vc_allocated_, i);
+      credit_waiter_[out * num_vcs_ + vc.out_vc] = static_cast<int32_t>(i);
+      continue;
+    }
+    int64_t distance = Distance(i - owner * num_vcs_, unit_rr_[owner], num_vcs_);
+    if (best < 0 || distance < best_distance) {
+      best = i;
+      best_distance = distance;
     }
   }
+  offer();
   for (int32_t out : output_arbiters_.slots) {
     int32_t index = output_arbiters_.best[out];
-    int64_t unit = index / num_vcs_;
-    unit_rr_[unit] = static_cast<int32_t>((index % num_vcs_ + 1) % num_vcs_);
-    out_rr_[out] = static_cast<int32_t>((unit + 1) % units);
+    int64_t winner = vc_unit_[index];
+    int64_t next = index - winner * num_vcs_ + 1;
+    unit_rr_[winner] = static_cast<int32_t>(next == num_vcs_ ? 0 : next);
+    out_rr_[out] = static_cast<int32_t>((winner + 1) % units);
     Send(index);
   }
 }
@@ -459,10 +535,10 @@ void FlitCore::AllocateVcsGreedy() {
   int64_t first = cycle_ % total;
   for (int pass = 0; pass < 2; ++pass) {
     int64_t end = pass == 0 ? total : first;
-    for (int64_t i = NextSet(vc_nonempty_, pass == 0 ? first : 0, end); i < end;
-         i = NextSet(vc_nonempty_, i + 1, end)) {
+    for (int64_t i = NextSet(head_waiting_, pass == 0 ? first : 0, end); i < end;
+         i = NextSet(head_waiting_, i + 1, end)) {
       const InputVc& vc = vcs_[i];
-      if (vc.out_port >= 0 || vc.head_ready > cycle_) continue;
+      if (vc.head_ready > cycle_) continue;
       int64_t out = NextOutput(Front(vc));
       if (out >= num_links_) {
         GrantVc(i, out, 0);
@@ -477,7 +553,11 @@ void FlitCore::AllocateVcsGreedy() {
           best = w;
         }
       }
-      if (best >= 0) GrantVc(i, out, best);
+      if (best >= 0) {
+        GrantVc(i, out, best);
+      } else {
+        WaitForVc(i, out);
+      }
     }
   }
 }
@@ -522,7 +602,7 @@ void FlitCore::LinkSend(int64_t link, double bytes) {
 void FlitCore::Send(int64_t index) {
   const Flit flit = Front(vcs_[index]);
   int64_t out = vcs_[index].out_port, out_vc = vcs_[index].out_vc;
-  int64_t unit = index / num_vcs_;
+  int64_t unit = vc_unit_[index];
   Pop(index);
   if (unit < num_links_) {
     int64_t delay = std::max<int64_t>(1, links_.latency[unit]);
@@ -533,7 +613,11 @@ void FlitCore::Send(int64_t index) {
     int64_t slot = out * num_vcs_ + out_vc;
     --credits_[slot];
     LinkSend(out, FlitBytes(flit));
-    if (flit.tail) out_vc_owner_[slot] = -1;
+    if (flit.tail) {
+      out_vc_owner_[slot] = -1;
+      for (int32_t waiter : vc_waiters_[out]) SetBit(&head_waiting_, waiter);
+      vc_waiters_[out].clear();
+    }
     // A flit longer than a cycle on the link is in the downstream buffer once its last byte is.
     int64_t last_byte_cycle =
         static_cast<int64_t>(std::ceil(link_free_at_[out] - kWidthTolerance)) - 1;
@@ -547,6 +631,7 @@ void FlitCore::Send(int64_t index) {
 
 int64_t FlitCore::Step(std::vector<Ejection>* ejected) {
   ApplyCredits(cycle_);
+  WakeDue(cycle_);
   int64_t nodes = links_.num_nodes;
   for (int64_t node = NextSet(source_busy_, 0, nodes); node < nodes;
        node = NextSet(source_busy_, node + 1, nodes)) {

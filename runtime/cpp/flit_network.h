@@ -40,6 +40,7 @@
 #ifndef TVM_CHIPLET_RUNTIME_CPP_FLIT_NETWORK_H_
 #define TVM_CHIPLET_RUNTIME_CPP_FLIT_NETWORK_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <limits>
@@ -174,6 +175,7 @@ class FlitCore {
     int32_t count = 0;
     int32_t out_port = -1;  // output of the front packet after VC allocation, -1 before
     int32_t out_vc = 0;
+    int64_t front_arrival = 0;  // arrival of the front flit (when count > 0)
     int64_t head_ready = 0;  // cycle the front head may request a VC
     int64_t sa_ready = 0;    // cycle the front packet may request the switch
   };
@@ -194,7 +196,14 @@ class FlitCore {
 
   int64_t NumUnits() const { return num_links_ + links_.num_nodes; }
   /*! \brief First set bit of `bits` in [from, end), or `end`. */
-  static int64_t NextSet(const std::vector<uint64_t>& bits, int64_t from, int64_t end);
+  static int64_t NextSet(const std::vector<uint64_t>& bits, int64_t from, int64_t end) {
+    while (from < end) {
+      uint64_t word = bits[from >> 6] >> (from & 63);
+      if (word != 0) return std::min(end, from + static_cast<int64_t>(__builtin_ctzll(word)));
+      from = (from | 63) + 1;
+    }
+    return end;
+  }
   static void SetBit(std::vector<uint64_t>* bits, int64_t i) { (*bits)[i >> 6] |= 1ULL << (i & 63); }
   static void ClearBit(std::vector<uint64_t>* bits, int64_t i) {
     (*bits)[i >> 6] &= ~(1ULL << (i & 63));
@@ -208,9 +217,14 @@ class FlitCore {
   void Push(int64_t index, const Flit& flit);
   void Pop(int64_t index);
   void ApplyCredits(int64_t cycle);
+  /*! \brief Take VC `index` out of `bits` until cycle `due` (> Cycle()). */
+  void Sleep(int64_t index, int64_t due, int64_t kind);
+  void WakeDue(int64_t cycle);
   void Inject(int64_t node);
   int32_t StartPacket(int64_t node);
   void GrantVc(int64_t index, int64_t out, int64_t out_vc);
+  /*! \brief The head of VC `index` found every VC of link `out` taken. */
+  void WaitForVc(int64_t index, int64_t out);
   void AllocateVcsSeparable();
   void AllocateSwitchSeparable();
   void AllocateVcsGreedy();
@@ -232,6 +246,7 @@ class FlitCore {
   std::vector<int32_t> free_packets_;
   std::vector<Flit> flits_;   // the VCs' rings
   std::vector<InputVc> vcs_;  // [units * num_vcs]
+  std::vector<int32_t> vc_unit_;  // [units * num_vcs] the unit of a VC (no division per flit)
 
   // Arbiter pointers: switch allocation (input unit over its VCs, output port over units) and
   // VC allocation (input VC over output VCs, output VC over input VCs).
@@ -261,6 +276,19 @@ class FlitCore {
   int64_t buffered_flits_ = 0;
   // Bit sets that let a cycle visit only the busy VCs, units and sources, in index order.
   std::vector<uint64_t> vc_nonempty_;     // [units * num_vcs]
+  // [units * num_vcs] non-empty with an output VC and not known to be unable to send: a VC
+  // that cannot is put to sleep until the cycle it may (wake_wheel_) or until its credit
+  // returns (credit_waiter_).
+  std::vector<uint64_t> vc_allocated_;
+  std::vector<int32_t> credit_waiter_;  // [links * num_vcs] owner waiting for a credit, or -1
+  // Sleeping VCs by wake cycle & wake_mask_: index * 2 + 0 for vc_allocated_, + 1 for
+  // head_waiting_ (a head before its route is computed).
+  std::vector<std::vector<int32_t>> wake_wheel_;
+  int64_t wake_mask_ = 0;
+  // [units * num_vcs] a head at the front without an output VC, unless it found every VC of
+  // its output taken: then it waits in vc_waiters_ until one is released.
+  std::vector<uint64_t> head_waiting_;
+  std::vector<std::vector<int32_t>> vc_waiters_;  // [links]
   std::vector<uint64_t> unit_nonempty_;   // [units]
   std::vector<int32_t> unit_flits_;       // [units] flits buffered in the unit
   std::vector<uint64_t> source_busy_;     // [nodes] queue not empty or a packet being injected
