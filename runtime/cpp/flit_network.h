@@ -33,9 +33,12 @@
  * cycles counted): (H + 1) * (routing + vc_alloc + switch_alloc + switch_traversal)
  * + sum of link latencies + P - 1, when every link moves one flit per cycle.
  *
- * Every stepped cycle looks at the non-empty VCs only; cycles in which nothing can happen
- * (NextBusyCycle) can be skipped, with results bit-identical to stepping them (the task-graph
- * adapter's `skip_dead_cycles = false` steps every cycle, for checking that).
+ * The simulation is event-driven inside each cycle: a VC is looked at only in cycles in which
+ * something it waits for can have changed (its head's route computation ends, an output VC of
+ * its link is released, its flit arrives, its pipeline stage ends, its link is free, its credit
+ * returns; a VC that lost an arbitration tries again in the next cycle), and cycles in which
+ * nothing is due (NextBusyCycle) can be skipped, with results bit-identical to stepping them
+ * (the task-graph adapter's `skip_dead_cycles = false` steps every cycle, for checking that).
  */
 #ifndef TVM_CHIPLET_RUNTIME_CPP_FLIT_NETWORK_H_
 #define TVM_CHIPLET_RUNTIME_CPP_FLIT_NETWORK_H_
