@@ -173,15 +173,15 @@ def _markdown(rows: list[dict], curves: dict, seconds: dict[str, float], quick: 
     ]
     lines += ["| " + " | ".join(str(row[c]) for c in columns) + " |" for row in rows]
     lines += ["", "## Published values and sources", ""]
+    published = {(row["topology"], row["traffic"]): row["published"] for row in rows}
     lines += [
-        f"- {row['topology']} {row['traffic']}: {row['published']}"
-        for row in rows
-        if row["published"]
+        f"- {topology} {traffic}: {text}" for (topology, traffic), text in published.items() if text
     ]
     lines += [
         "- With the default 4 VCs x 8 flits the measured/ideal ratios are in the range BookSim "
-        "studies report (70-100 %); 2 VCs x 4 flits gives 0.55-0.6 on uniform traffic, because "
-        "such buffers cannot cover the credit round trip of the 4-cycle router.",
+        "studies report (70-100 %); 2 VCs x 4 flits gives 0.55-0.6 on uniform traffic with "
+        "either allocator, because such buffers cannot cover the credit round trip of the "
+        "4-cycle router.",
         "",
         "## Speed",
         "",
