@@ -36,6 +36,7 @@ def _random_graph(seed: int) -> dict:
         num_vcs=int(rng.integers(1, 4)),
         vc_buffer_flits=int(rng.integers(1, 5)),
         packet_flits=int(rng.integers(1, 6)),
+        allocator="greedy" if seed % 2 else "separable",
     )
     return {
         "tasks": tasks,

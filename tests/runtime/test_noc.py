@@ -13,7 +13,9 @@ from tvm_chiplet.targets.topology import Topology
 SLOW_PIPELINE = FlitParams(
     routing_delay=2, vc_alloc_delay=0, switch_alloc_delay=1, switch_traversal_delay=2
 )
-PIPELINES = pytest.mark.parametrize("params", [FlitParams(), SLOW_PIPELINE])
+PIPELINES = pytest.mark.parametrize(
+    "params", [FlitParams(), SLOW_PIPELINE, FlitParams(allocator="greedy")]
+)
 LINK_BYTES = 16  # bandwidth of the links of _one_message, hence the default flit width
 
 
