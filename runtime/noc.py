@@ -17,14 +17,17 @@ Allocation (:attr:`FlitParams.allocator`): ``"separable"`` (default) is BookSim'
 input-first allocator with round-robin arbiters: in VC allocation every waiting head picks one
 free VC of its output, then every output VC grants one of the heads that picked it; in switch
 allocation every input unit picks one of its ready VCs, then every output port grants one of the
-units that picked it; an arbiter's pointer moves past the winner only on a grant. ``"greedy"``
+units that picked it; an arbiter's pointer moves past the winner only on a grant (an input VC's
+arbiter starts at its own VC number, so packets arriving on different VCs leave on different
+VCs). ``"greedy"``
 visits the input units in a rotating order and lets each take its first VC whose output is still
 free (a maximal matching); a head takes the free output VC with the most credits. Each input
 unit sends, and each output port takes, at most one flit per cycle.
 
 Links move flits at their own rate: a flit of ``b`` bytes occupies a link of ``B`` bytes/cycle
 for ``b / B`` cycles; the link keeps the fractional time it is free again and may start a flit in
-any cycle that ends after it, so over a busy period it moves exactly ``B`` bytes/cycle. A flit is
+any cycle that ends after it, so over a busy period it moves exactly ``B`` bytes/cycle; a flit
+is in the downstream buffer from the cycle its last byte crossed. A flit is
 :attr:`FlitParams.flit_bytes` wide, at least the widest link (default: exactly the widest link),
 so a link of the flit's width moves one flit per cycle. A message of ``n`` bytes becomes
 ``ceil(n / flit_bytes)`` flits (at least one) whose last carries only the remaining bytes, sent
