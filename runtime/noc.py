@@ -3,17 +3,38 @@
 The router model (C++, ``runtime/cpp/flit_network.cc``) is a wormhole network: every directed
 link ends in an input unit of its downstream router with :attr:`FlitParams.num_vcs` virtual
 channels of :attr:`FlitParams.vc_buffer_flits` flits; every router also has an injection unit,
-fed one flit per cycle from an unbounded source queue, and an ejection port. A head flit at the
-front of its VC spends ``routing_delay`` cycles in route computation (routes are precomputed link
-lists, e.g. XY on a mesh), waits for a free VC of its output link and spends ``vc_alloc_delay``
-cycles in VC allocation, then competes for the switch (``switch_alloc_delay``), crosses it
-(``switch_traversal_delay``) and the link (the link's latency, rounded up to whole cycles). Body
-flits follow the head's VC and need only a switch grant. Sending a flit needs a credit (a free
-slot in the downstream VC); the credit comes back ``max(1, link latency)`` cycles after the flit
-leaves the downstream buffer, so buffers shorter than the credit round trip throttle a VC. Each
-input unit sends, and each output port takes, at most one flit per cycle; a link of ``B``
-bytes/cycle carries one flit every ``max(1, ceil(flit_bytes / B))`` cycles. An output VC is free
-again once the tail flit has left for it.
+fed one flit per cycle from an unbounded source queue, and an ejection port. A new packet waits
+for an empty injection VC. A head flit at the front of its VC spends ``routing_delay`` cycles in
+route computation (routes are precomputed link lists, e.g. XY on a mesh), requests a free VC of
+its output link and spends ``vc_alloc_delay`` cycles in VC allocation once granted, then
+requests the switch (``switch_alloc_delay``), crosses it (``switch_traversal_delay``) and the
+link (the link's latency, rounded up to whole cycles). Body flits follow the head's VC and need
+only a switch grant. Sending a flit needs a credit (a free slot in the downstream VC); the
+credit comes back ``max(1, link latency)`` cycles after the flit leaves the downstream buffer.
+An output VC is free again once the tail flit has left for it.
+
+Allocation (:attr:`FlitParams.allocator`): ``"separable"`` (default) is BookSim's separable
+input-first allocator with round-robin arbiters: in VC allocation every waiting head picks one
+free VC of its output, then every output VC grants one of the heads that picked it; in switch
+allocation every input unit picks one of its ready VCs, then every output port grants one of the
+units that picked it; an arbiter's pointer moves past the winner only on a grant (an input VC's
+arbiter starts at its own VC number, so packets arriving on different VCs leave on different
+VCs). ``"greedy"``
+visits the input units in a rotating order and lets each take its first VC whose output is still
+free (a maximal matching); a head takes the free output VC with the most credits. Each input
+unit sends, and each output port takes, at most one flit per cycle.
+
+Links move flits at their own rate: a flit of ``b`` bytes occupies a link of ``B`` bytes/cycle
+for ``b / B`` cycles; the link keeps the fractional time it is free again and may start a flit in
+any cycle that ends after it, so over a busy period it moves exactly ``B`` bytes/cycle; a flit
+is in the downstream buffer from the cycle its last byte crossed. A flit is
+:attr:`FlitParams.flit_bytes` wide, at least the widest link (default: exactly the widest link),
+so a link of the flit's width moves one flit per cycle. A message of ``n`` bytes becomes
+``ceil(n / flit_bytes)`` flits (at least one) whose last carries only the remaining bytes, sent
+as packets of ``packet_flits`` flits (the last packet shorter if need be). The VCs at the end of a
+link of latency ``L > 1`` hold ``ceil(2 (L - 1) min(1, B / flit_bytes))`` flits more than
+``vc_buffer_flits``: the flits its longer credit round trip keeps in flight, so a long link is not
+throttled by its length.
 
 Zero-load latency
 -----------------
@@ -29,7 +50,7 @@ follows ``P - 1`` cycles later). :meth:`FlitParams.zero_load_latency` evaluates 
 Synthetic traffic
 -----------------
 :func:`simulate_noc` drives a ``"mesh-RxC"`` mesh (XY routes from
-:class:`~tvm_chiplet.targets.topology.Topology`, 1-cycle links, one flit per cycle) with
+:class:`~tvm_chiplet.targets.topology.Topology`, 1-cycle links as wide as a flit) with
 ``"uniform"`` (any other node, equally likely), ``"transpose"`` ((x, y) -> (y, x), square meshes),
 ``"bitcomp"`` ((x, y) -> (cols-1-x, rows-1-y)) or ``"hotspot"`` (the centre node
 ``(cols // 2, rows // 2)`` with probability ``hotspot_fraction``, else uniform) traffic. Nodes
@@ -66,6 +87,9 @@ _TRAFFIC_KIND = {"uniform": 0, "transpose": 1, "bitcomp": 1, "hotspot": 2}
 # Accepted throughput below this fraction of the offered load marks the network saturated.
 _SATURATION_FRACTION = 0.9
 
+ALLOCATORS: tuple[str, ...] = ("separable", "greedy")
+"""Names accepted by :attr:`FlitParams.allocator`, in the order of their C++ codes."""
+
 
 @dataclass(frozen=True)
 class FlitParams:
@@ -85,10 +109,19 @@ class FlitParams:
     switch_traversal_delay : int
         Cycles to cross the crossbar (>= 1).
     packet_flits : int
-        Flits per packet (>= 1); a message of ``nbytes`` becomes
-        ``max(1, ceil(nbytes / (packet_flits * flit_bytes)))`` packets.
-    flit_bytes : float
-        Bytes per flit (> 0).
+        Flits per packet (>= 1); a message of ``nbytes`` becomes ``max(1, ceil(nbytes /
+        flit_bytes))`` flits, sent as packets of this many flits (the last one shorter).
+    flit_bytes : float, optional
+        Bytes per flit (> 0), at least the bandwidth of the widest link (bytes/cycle) of the
+        simulated network, else :func:`~tvm_chiplet.runtime.simulator.simulate` raises a
+        ``ValueError``. Default None: the widest link's bandwidth, so that link moves one flit
+        per cycle and every link its own bandwidth. Any width is exact: a flit that does not fill
+        a message's last bytes carries only those. :func:`simulate_noc` runs links of the flit's
+        width and reports in flits, so the width does not change its results.
+    allocator : str
+        VC and switch allocator, one of :data:`ALLOCATORS`: ``"separable"`` (default,
+        separable input-first with round-robin arbiters) or ``"greedy"`` (see the module
+        docstring).
     deadlock_cycles : int
         The simulation stops with a ``RuntimeError`` naming the blocked links when no flit has
         moved for this many cycles (plus two link latencies and a router pipeline) while flits
@@ -102,8 +135,9 @@ class FlitParams:
     switch_alloc_delay: int = 1
     switch_traversal_delay: int = 1
     packet_flits: int = 4
-    flit_bytes: float = 16.0
+    flit_bytes: float | None = None
     deadlock_cycles: int = 10_000
+    allocator: str = "separable"
 
     def __post_init__(self) -> None:
         minimum = {
@@ -120,10 +154,44 @@ class FlitParams:
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
                 raise ValueError(f"FlitParams.{name} must be an integer >= {low}, got {value!r}")
-        if not (isinstance(self.flit_bytes, (int, float)) and 0 < self.flit_bytes < math.inf):
+        width = self.flit_bytes
+        if width is not None and not (
+            isinstance(width, (int, float, np.integer, np.floating))
+            and not isinstance(width, bool)
+            and 0 < width < math.inf
+        ):
             raise ValueError(
-                f"FlitParams.flit_bytes must be a positive finite number, got {self.flit_bytes!r}"
+                f"FlitParams.flit_bytes must be None (the widest link) or a positive finite "
+                f"number, got {width!r}"
             )
+        if self.allocator not in ALLOCATORS:
+            valid = ", ".join(repr(name) for name in ALLOCATORS)
+            raise ValueError(
+                f"FlitParams.allocator must be one of {valid}, got {self.allocator!r}"
+            )
+
+    def resolved_flit_bytes(self, link_bandwidth: Sequence[float] | np.ndarray) -> float:
+        """The flit width for links of ``link_bandwidth`` bytes/cycle: :attr:`flit_bytes`, or
+        the widest link when it is None.
+
+        Raises
+        ------
+        ValueError
+            When :attr:`flit_bytes` is narrower than the widest link (a flit must hold what the
+            widest link moves in a cycle).
+        """
+        bandwidth = np.asarray(link_bandwidth, dtype=np.float64)
+        widest = float(bandwidth.max()) if bandwidth.size else 1.0
+        if self.flit_bytes is None:
+            return widest
+        if self.flit_bytes < widest * (1 - 1e-9):
+            link = int(np.argmax(bandwidth))
+            raise ValueError(
+                f"FlitParams.flit_bytes = {self.flit_bytes!r} is narrower than the widest link "
+                f"(link {link}, {widest:g} bytes/cycle): a flit must be at least as wide as "
+                f"every link; use flit_bytes >= {widest:g} or None (the widest link)"
+            )
+        return float(self.flit_bytes)
 
     @property
     def router_delay(self) -> int:
@@ -154,6 +222,7 @@ class FlitParams:
                 self.switch_traversal_delay,
                 self.packet_flits,
                 self.deadlock_cycles,
+                ALLOCATORS.index(self.allocator),
             ],
             dtype=np.int64,
         )
@@ -296,11 +365,12 @@ def simulate_noc(
 
     _core()  # loads the library
     out = np.zeros(10, dtype=np.float64)
+    flit_bytes = float(params.flit_bytes or 16.0)
     tvm_ffi.get_global_func("chiplet.noc.simulate")(
         network["link_src"],
         network["link_dst"],
         network["link_latency"],
-        np.ones(len(network["link_src"]), dtype=np.int64),
+        np.full(len(network["link_src"]), flit_bytes),
         nodes,
         network["pair_offsets"],
         network["pair_links"],
@@ -314,7 +384,7 @@ def simulate_noc(
         int(seed),
         int(batch_packets or 0),
         params.int_array(),
-        float(params.flit_bytes),
+        flit_bytes,
         out,
     )
     accepted, offered = float(out[2]), float(out[3])

@@ -26,8 +26,10 @@ The model
   ``"flit"``
       cycle-level wormhole routers with virtual channels and credits
       (:class:`~tvm_chiplet.runtime.noc.FlitParams`, see :mod:`tvm_chiplet.runtime.noc`). A
-      message becomes ``ceil(nbytes / (packet_flits * flit_bytes))`` packets (at least one),
-      queued at its source router at ``ceil(send time)``; it arrives the cycle after its last
+      message becomes ``ceil(nbytes / flit_bytes)`` flits (at least one; the last carries the
+      rest) in packets of ``packet_flits``, ``flit_bytes`` being at least the widest link (by
+      default exactly), so every link moves its own bandwidth; the message is queued at its
+      source router at ``ceil(send time)``; it arrives the cycle after its last
       flit is ejected. Routers are inferred from the routes (consecutive links of a route meet
       at one router). The Python reference does not implement it.
 
@@ -274,7 +276,7 @@ def simulate(
         problem.batches,
         problem.network,
         params.int_array(),
-        float(params.flit_bytes),
+        params.resolved_flit_bytes(problem.link_bandwidth) if network == "flit" else 1.0,
         bool(skip_dead_cycles),
         timeline.task_start,
         timeline.task_end,

@@ -197,6 +197,7 @@ def cmd_simulate_noc(args: argparse.Namespace) -> int:
         routing_delay=args.routing_delay, vc_alloc_delay=args.vc_alloc_delay,
         switch_alloc_delay=args.switch_alloc_delay,
         switch_traversal_delay=args.switch_traversal_delay, packet_flits=args.packet_size,
+        allocator=args.allocator,
     )
     common = {
         "topology": args.topology, "traffic": args.traffic, "packet_flits": args.packet_size,
@@ -235,7 +236,7 @@ def cmd_simulate_noc(args: argparse.Namespace) -> int:
     return 0
 
 
-def _flit_defaults() -> dict[str, int]:
+def _flit_defaults() -> dict[str, int | float | str | None]:
     import dataclasses
 
     from tvm_chiplet.runtime.noc import FlitParams
@@ -307,6 +308,10 @@ def make_parser() -> argparse.ArgumentParser:
     ):
         noc.add_argument(flag, dest=field, type=int, default=defaults[field],
                          help=f"{text} (default {defaults[field]})")
+    noc.add_argument("--allocator", default=defaults["allocator"],
+                     help="VC and switch allocator: separable (separable input-first, "
+                          "round-robin arbiters) or greedy (rotating maximal matching) "
+                          f"(default {defaults['allocator']})")
     noc.add_argument("--rates", help="sweep: comma-separated rates, run in parallel processes")
     noc.add_argument("--jobs", type=int, help="processes for --rates (default: all cores)")
     noc.add_argument("--json", action="store_true")

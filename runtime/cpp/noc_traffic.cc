@@ -74,7 +74,7 @@ class TrafficRun {
  public:
   TrafficRun(FlitCore* core, const int64_t* pair_offsets, const int64_t* pair_links,
              Traffic traffic, const int64_t* dest_table, int64_t hotspot, double hotspot_fraction,
-             int64_t packet_flits, uint64_t seed)
+             int64_t packet_flits, double flit_bytes, uint64_t seed)
       : core_(core),
         nodes_(core->Links().num_nodes),
         pair_offsets_(pair_offsets),
@@ -84,6 +84,7 @@ class TrafficRun {
         hotspot_(hotspot),
         hotspot_fraction_(hotspot_fraction),
         packet_flits_(packet_flits),
+        flit_bytes_(flit_bytes),
         random_(seed) {}
 
   void OpenLoop(double rate, int64_t warmup, int64_t cycles, double* out) {
@@ -141,8 +142,8 @@ class TrafficRun {
   void Add(int64_t src, int64_t dst, int64_t cycle) {
     int64_t pair = src * nodes_ + dst;
     int64_t begin = pair_offsets_[pair];
-    core_->AddPacket(src, dst, pair_links_ + begin, pair_offsets_[pair + 1] - begin,
-                     packet_flits_, cycle, cycle);
+    core_->AddMessage(src, dst, pair_links_ + begin, pair_offsets_[pair + 1] - begin,
+                      packet_flits_, flit_bytes_, cycle, cycle);
     ++injected_;
   }
 
@@ -153,11 +154,10 @@ class TrafficRun {
     for (const Ejection& e : ejected_) {
       ++delivered_;
       last_ejection_ = e.cycle;
-      const FlitCore::Packet& p = core_->GetPacket(e.packet);
-      if (p.created < measure_from) continue;
+      if (e.created < measure_from) continue;
       ++measured_delivered_;
-      packet_latency_ += static_cast<double>(e.cycle - p.created + 1);
-      network_latency_ += static_cast<double>(e.cycle - p.injected + 1);
+      packet_latency_ += static_cast<double>(e.cycle - e.created + 1);
+      network_latency_ += static_cast<double>(e.cycle - e.injected + 1);
     }
     return flits;
   }
@@ -183,6 +183,7 @@ class TrafficRun {
   int64_t hotspot_;
   double hotspot_fraction_;
   int64_t packet_flits_;
+  double flit_bytes_;
   Random random_;
   std::vector<Ejection> ejected_;
   int64_t injected_ = 0;
@@ -200,7 +201,7 @@ class TrafficRun {
  *        (index src * nodes + dst) into `pair_links`.
  */
 void Simulate(TensorView link_src, TensorView link_dst, TensorView link_latency,
-              TensorView link_cycles_per_flit, int64_t num_nodes, TensorView pair_offsets,
+              TensorView link_bandwidth, int64_t num_nodes, TensorView pair_offsets,
               TensorView pair_links, int64_t traffic, TensorView dest_table, int64_t hotspot,
               double hotspot_fraction, double rate, int64_t cycles, int64_t warmup, int64_t seed,
               int64_t batch_packets, TensorView flit_params, double flit_bytes, TensorView out) {
@@ -211,18 +212,24 @@ void Simulate(TensorView link_src, TensorView link_dst, TensorView link_latency,
   const int64_t* src = Ints(link_src, "link_src", -1);
   const int64_t* dst = Ints(link_dst, "link_dst", num_links);
   const int64_t* latency = Ints(link_latency, "link_latency", num_links);
-  const int64_t* per_flit = Ints(link_cycles_per_flit, "link_cycles_per_flit", num_links);
+  TVM_FFI_CHECK(link_bandwidth.dtype().code == kDLFloat && link_bandwidth.dtype().bits == 64 &&
+                    link_bandwidth.device().device_type == kDLCPU && link_bandwidth.ndim() == 1 &&
+                    link_bandwidth.IsContiguous() && link_bandwidth.size(0) == num_links,
+                TypeError)
+      << "`link_bandwidth` must be a contiguous 1-d float64 CPU array of " << num_links
+      << " elements";
+  const double* bandwidth = static_cast<const double*>(link_bandwidth.data_ptr());
   for (int64_t l = 0; l < num_links; ++l) {
     TVM_FFI_CHECK(src[l] >= 0 && src[l] < num_nodes && dst[l] >= 0 && dst[l] < num_nodes &&
-                      latency[l] >= 0 && per_flit[l] >= 1,
+                      latency[l] >= 0,
                   ValueError)
         << "link " << l << " (" << src[l] << "->" << dst[l] << ", latency " << latency[l]
-        << ", " << per_flit[l] << " cycles/flit) is invalid for " << num_nodes << " nodes";
+        << ") is invalid for " << num_nodes << " nodes";
   }
   links.src.assign(src, src + num_links);
   links.dst.assign(dst, dst + num_links);
   links.latency.assign(latency, latency + num_links);
-  links.cycles_per_flit.assign(per_flit, per_flit + num_links);
+  links.bandwidth.assign(bandwidth, bandwidth + num_links);
   const int64_t* offsets = Ints(pair_offsets, "pair_offsets", num_nodes * num_nodes + 1);
   const int64_t* routes = Ints(pair_links, "pair_links", offsets[num_nodes * num_nodes]);
   for (int64_t i = 0; i < pair_links.size(0); ++i) {
@@ -247,7 +254,8 @@ void Simulate(TensorView link_src, TensorView link_dst, TensorView link_latency,
 
   FlitCore core(std::move(links), params);
   TrafficRun run(&core, offsets, routes, static_cast<Traffic>(traffic), table, hotspot,
-                 hotspot_fraction, params.packet_flits, static_cast<uint64_t>(seed));
+                 hotspot_fraction, params.packet_flits, params.flit_bytes,
+                 static_cast<uint64_t>(seed));
   double* results = static_cast<double*>(out.data_ptr());
   if (batch_packets > 0) {
     run.Batch(batch_packets, results);

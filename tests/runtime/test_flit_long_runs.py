@@ -36,6 +36,7 @@ def _random_graph(seed: int) -> dict:
         num_vcs=int(rng.integers(1, 4)),
         vc_buffer_flits=int(rng.integers(1, 5)),
         packet_flits=int(rng.integers(1, 6)),
+        allocator="greedy" if seed % 2 else "separable",
     )
     return {
         "tasks": tasks,
@@ -77,18 +78,19 @@ def test_skipping_dead_cycles_matches_stepping_every_cycle(seed):
 
 
 def test_skipping_keeps_the_results_of_the_cycle_by_cycle_model():
-    # Values of the model before dead-cycle skipping existed (it stepped every cycle), with the
-    # buffering it had then (2 VCs of 4 flits).
+    # Values of the model stepping every cycle (skip_dead_cycles=False), pinned: flits at the
+    # links' rates, 2 VCs of 4 flits plus the long link's credit round trip. The 1000-byte
+    # message takes 10 + 36 + 2 + 1000 / 8 = 173 cycles on the flow model, 9 more here.
     tasks = [SimTask("a", 0, 10.0), SimTask("b", 1, 5.5), SimTask("c", 0, 1.0)]
     messages = [SimMessage(0, 1, 1000, [0, 1]), SimMessage(1, 2, 64, [2])]
     result = simulate(
         tasks, messages, [16.0, 8.0, 16.0], [36.0, 2.0, 5.0], 2, batches=3, network="flit",
         flit_params=FlitParams(num_vcs=2, vc_buffer_flits=4),
     )
-    expected = [[604.0, 626.0], [1231.0, 1253.0], [1858.0, 1880.0]]
+    expected = [[182.0, 204.0], [387.0, 409.0], [592.0, 614.0]]
     np.testing.assert_array_equal(result.message_arrival, expected)
-    assert result.total_cycles == 1881.0
-    np.testing.assert_array_equal(result.link_busy_cycles, [192.0, 384.0, 12.0])
+    assert result.total_cycles == 615.0
+    np.testing.assert_array_equal(result.link_busy_cycles, [187.5, 375.0, 12.0])
 
 
 def test_deadlock_error_is_the_same_with_and_without_skipping():

@@ -49,3 +49,15 @@ def test_router_parameters_from_the_command_line(capsys):
     assert slow > fast + 3
     assert main([*argv, "--num-vcs", "0"]) == 2
     assert "num_vcs" in capsys.readouterr().err
+
+
+def test_allocator_from_the_command_line(capsys):
+    argv = ["simulate-noc", "--topology", "mesh-4x4", "--rate", "0.5", "--cycles", "2000",
+            "--warmup", "200", "--json"]
+    results = {}
+    for allocator in ("separable", "greedy"):
+        assert main([*argv, "--allocator", allocator]) == 0
+        results[allocator] = json.loads(capsys.readouterr().out)
+    assert results["separable"] != results["greedy"]
+    assert main([*argv, "--allocator", "wavefront"]) == 2
+    assert "wavefront" in capsys.readouterr().err
