@@ -16,12 +16,14 @@ from collections.abc import Callable
 import onnx
 import tvm
 
+from tvm_chiplet.passes.analysis.extract_op_graph import extract_op_graph
 from tvm_chiplet.passes.analysis.lower_bound import lower_bound
 from tvm_chiplet.passes.analysis.op_graph import OpGraph
 from tvm_chiplet.passes.analysis.segments import SegmentSchedule, read_segments
 from tvm_chiplet.passes.attrs import ATTR_PLACEMENT
 from tvm_chiplet.passes.pipeline import get_pipeline
 from tvm_chiplet.passes.planners import AutoPlanner, Planner
+from tvm_chiplet.passes.reduce_graph import ReduceGraph
 from tvm_chiplet.runtime.artifact import ChipletModule
 from tvm_chiplet.runtime.device import DeviceSimResult, simulate_plan, simulate_workload
 from tvm_chiplet.targets.system import ChipletSystem
@@ -168,9 +170,13 @@ def compare_to_bound(sim: DeviceSimResult, graph: OpGraph, system: ChipletSystem
     }
 
 
-def estimate_plan(plan: dict, system: ChipletSystem, network: str = "flow") -> list[dict]:
-    """Simulated cycles of a plan at batch 1 and 64 against the physical lower bound."""
-    graph = OpGraph.from_tasks([t for t in plan["tasks"] if t.get("copy", 0) == 0])
+def estimate_plan(plan: dict, system: ChipletSystem, network: str = "flow",
+                  graph: OpGraph | None = None) -> list[dict]:
+    """Simulated cycles of a plan at batch 1 and 64 against the physical lower bound of
+    ``graph``, the model's op graph (default: the plan's own tasks, which are the model's ops
+    unless the plan splits them)."""
+    if graph is None:
+        graph = OpGraph.from_tasks([t for t in plan["tasks"] if t.get("copy", 0) == 0])
     return [
         {"batches": batches,
          **compare_to_bound(simulate_plan(plan, system, batches, network), graph, system)}
@@ -264,7 +270,12 @@ def build(
         plan["placement"] = placement
     plan["device_dtype"] = chiplet_target.system.device_dtype
     plan["host_dtypes"] = host_dtypes(mod)
-    plan["estimate"] = estimate_plan(plan, chiplet_target.system)
+    model_graph = None
+    if placement.get("notes", {}).get("splits"):
+        # The parts of split ops are no ops of the model: bound the model's own op graph.
+        model_graph = extract_op_graph(ReduceGraph(chiplet_target.tvm_target)(mod),
+                                       chiplet_target.system.device_dtype)
+    plan["estimate"] = estimate_plan(plan, chiplet_target.system, graph=model_graph)
     plan["compile_seconds"] = {
         "plan": plan_time,
         "total": time.perf_counter() - started,

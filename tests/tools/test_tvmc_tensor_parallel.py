@@ -4,7 +4,12 @@ to end against onnxruntime."""
 import pytest
 
 from tests.tools.e2e import compile_run_and_compare
+from tvm_chiplet.passes import ReduceGraph
+from tvm_chiplet.passes.analysis.extract_op_graph import extract_op_graph
+from tvm_chiplet.passes.analysis.lower_bound import lower_bound
+from tvm_chiplet.targets.system_toml import load_system
 from tvm_chiplet.tools import models
+from tvm_chiplet.tools.frontends import load_model
 from tvm_chiplet.tools.tvmc import main
 
 
@@ -20,6 +25,13 @@ def test_split_strategies_match_onnxruntime(tmp_path, capsys, name, preset, stra
     assert f"strategy {strategy}" in capsys.readouterr().out
     assert plan["placement"]["notes"]["splits"] >= 1
     assert len(plan["clusters_used"]) >= 2
+    # The estimate's bound is the model's, not that of the split parts (smaller ops whose
+    # critical path is no bound for the model).
+    system = load_system(preset)
+    graph = extract_op_graph(ReduceGraph()(load_model(models.get_model(name))),
+                             system.device_dtype)
+    bound = lower_bound(graph, system, 1, weights_preloaded=True, io_in_dram=False)
+    assert plan["estimate"][0]["bound_cycles"] == pytest.approx(bound.bound_cycles)
 
 
 TINY_SRAM = """

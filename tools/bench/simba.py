@@ -104,8 +104,8 @@ def write(out: str, rows: list[dict], best: dict, silicon_uj: tuple[float, float
         f"{best['energy_uJ'] / high:.2f} - {best['energy_uJ'] / low:.2f} |",
         "",
         f"Where the gap comes from: {best['strategy']}'s latency is "
-        f"{best['latency_vs_bound']:.2f}x the physical lower bound of its own (realised) op "
-        f"graph, whose binding term is `{best['bound_binding']}`; its largest energy terms are "
+        f"{best['latency_vs_bound']:.2f}x the physical lower bound of the model's op graph, "
+        f"whose binding term is `{best['bound_binding']}`; its largest energy terms are "
         + ", ".join(f"{term} {best[f'energy_{term}_uJ']:.0f} uJ" for term in
                     sorted(ENERGY_TERMS, key=lambda t: -best[f"energy_{t}_uJ"])[:3]) + ".",
         "", "Every strategy:", "",

@@ -82,16 +82,15 @@ def bench_strategy(
 
     ``samples_per_input`` > 1 is for data-parallel graphs, whose one input carries that many
     samples: throughput is then counted in samples per second. A placement that splits ops is
-    simulated as realised (``problem.realise``), against the bound of the realised op graph, as
-    ``tvmc compile`` reports it.
+    simulated as realised (``problem.realise``). Every strategy is compared with the bound of
+    the model's own op graph (a realised graph's parts are smaller ops, whose critical path is
+    no bound for the model).
     """
     started = time.perf_counter()
     placement = planner.plan(problem)
     plan_s = time.perf_counter() - started
     splits = len(placement.splits)
     graph = problem.graph
-    if placement.splits and problem.realise is not None:
-        graph, _ = problem.realise(placement)
     # Latency: one round (one input per copy) against the bound of one input.
     single = compare_to_bound(simulate_placement(problem, placement, 1, network, as_built=True),
                               graph, problem.system, inputs=1)
