@@ -14,7 +14,7 @@ from tvm_chiplet.passes.annotate_placement import AnnotatePlacement
 from tvm_chiplet.passes.distribute_tensors import DistributedSplit, distribute_and_reduce
 from tvm_chiplet.passes.planners import Planner, PlanningProblem, get_planner
 from tvm_chiplet.passes.planners.base import WorkloadSimulator
-from tvm_chiplet.passes.planners.placement import Placement
+from tvm_chiplet.passes.planners.placement import Placement, PlanningError
 from tvm_chiplet.passes.reduce_graph import ReduceGraph
 from tvm_chiplet.passes.split_operators import find_anchors
 from tvm_chiplet.targets.system import ChipletSystem
@@ -159,5 +159,11 @@ class PlanSplitPlacement:
         placement = self.planner.plan(problem)
         if not placement.splits:
             return AnnotatePlacement(placement)(reduced)
+        if problem.realise is None:
+            raise PlanningError(
+                f"strategy {placement.strategy!r} splits ops, but the module's conv2d / matmul "
+                "ops do not match its fused ops (was it legalized already?); pass the "
+                "high-level module, as imported, or choose the pipeline strategy"
+            )
         split, final = problem.realise.module(placement)
         return AnnotatePlacement(final)(split)

@@ -95,6 +95,23 @@ def test_a_legalized_module_cannot_be_split_and_says_so():
         PlanSplitPlacement(SYSTEM, "tensor-parallel")(legalized)
 
 
+class SplitOpZero:
+    """A planner that splits op 0 whatever the problem says can be split."""
+
+    name = "split-op-zero"
+
+    def plan(self, problem):
+        n = len(problem.graph.ops)
+        return Placement(self.name, (0,) * n, (0,) * n, (0,),
+                         splits=(OpSplit(0, "out_channels", (1, 2)),))
+
+
+def test_a_planner_splitting_a_legalized_module_gets_a_clear_error():
+    legalized = ReduceGraph()(small_cnn())
+    with pytest.raises(PlanningError, match=r"split-op-zero.*high-level module"):
+        PlanSplitPlacement(SYSTEM, SplitOpZero())(legalized)
+
+
 def test_input_module_is_not_mutated():
     mod = small_cnn()
     text = mod.script()
