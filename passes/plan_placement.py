@@ -44,4 +44,5 @@ class PlanPlacement:
         problem = PlanningProblem(graph, self.system, Topology(self.system),
                                   simulator=self.simulator)
         placement = self.planner.plan(problem)
+        placement.check_fits(len(graph.ops), self.system.num_clusters, self.system.name)
         return AnnotatePlacement(placement)(mod)

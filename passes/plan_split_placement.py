@@ -157,6 +157,7 @@ class PlanSplitPlacement:
         reduced = ReduceGraph(self.target)(mod)
         problem, _ = split_problem(mod, reduced, self.system, self.simulator, self.target)
         placement = self.planner.plan(problem)
+        placement.check_fits(len(problem.graph.ops), self.system.num_clusters, self.system.name)
         if not placement.splits:
             return AnnotatePlacement(placement)(reduced)
         if problem.realise is None:

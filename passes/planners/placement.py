@@ -158,6 +158,38 @@ class Placement:
             used.update(split.clusters)
         return sorted(used)
 
+    def check_fits(self, num_ops: int, num_clusters: int, system_name: str) -> None:
+        """Raise :class:`PlanningError` unless the placement covers ``num_ops`` ops and every
+        op, split part, copy and loan is on a cluster of the system (``0..num_clusters-1``);
+        the error names the op or group that does not fit."""
+        valid = f"system {system_name!r} has clusters 0..{num_clusters - 1}"
+        if len(self.op_cluster) != num_ops:
+            raise PlanningError(f"the {self.strategy!r} placement covers "
+                                f"{len(self.op_cluster)} ops, but the graph has {num_ops}")
+        for op_id, cluster in enumerate(self.op_cluster):
+            if not 0 <= cluster < num_clusters:
+                raise PlanningError(f"op {op_id} is placed on cluster {cluster}, but {valid}")
+        for split in self.splits:
+            if not 0 <= split.op_id < num_ops:
+                raise PlanningError(f"a split names op {split.op_id}, but the graph has ops "
+                                    f"0..{num_ops - 1}")
+            outside = [c for c in split.clusters if not 0 <= c < num_clusters]
+            if outside:
+                raise PlanningError(
+                    f"op {split.op_id} is split along {split.dim} over the group "
+                    f"{list(split.clusters)}, but {valid}: {outside} do not exist; give every "
+                    "part a cluster of the system"
+                )
+        for mapping in self.replicas:
+            outside = [d for _, d in mapping if not 0 <= d < num_clusters]
+            if outside:
+                raise PlanningError(f"a copy of the placement uses clusters {outside}, but "
+                                    f"{valid}")
+        for borrower, lender, _ in self.sram_loans:
+            if not (0 <= borrower < num_clusters and 0 <= lender < num_clusters):
+                raise PlanningError(f"an SRAM loan joins clusters {borrower} and {lender}, "
+                                    f"but {valid}")
+
     def to_dict(self) -> dict:
         return {
             "strategy": self.strategy,

@@ -54,6 +54,19 @@ def test_pipeline_strategy_places_every_op_on_a_cluster_of_the_system():
     assert [op_id for _, _, op_id in placed] == [0, 1]
 
 
+class OutsidePlanner:
+    name = "outside"
+
+    def plan(self, problem):
+        n = len(problem.graph.ops)
+        return Placement("outside", (0,) * (n - 1) + (9,), (0,) * n, (0,))
+
+
+def test_an_op_placed_outside_the_system_is_refused_by_name():
+    with pytest.raises(PlanningError, match=r"op 1 is placed on cluster 9.*clusters 0\.\.3"):
+        PlanPlacement(load_system("cluster-4"), OutsidePlanner())(Before)
+
+
 def test_input_module_is_not_mutated():
     snapshot = Before.script()
     PlanPlacement(load_system("cluster-4"), "pipeline", simulate_workload)(Before)

@@ -112,6 +112,24 @@ def test_a_planner_splitting_a_legalized_module_gets_a_clear_error():
         PlanSplitPlacement(SYSTEM, SplitOpZero())(legalized)
 
 
+class SplitOutsideTheSystem:
+    """A planner that splits the first conv over a group with a cluster cluster-4 lacks."""
+
+    name = "split-outside"
+
+    def plan(self, problem):
+        first = min(problem.split_dims)
+        n = len(problem.graph.ops)
+        return Placement(self.name, (0,) * n, (0,) * n, (0,),
+                         splits=(OpSplit(first, "out_channels", (1, 7)),))
+
+
+def test_a_group_that_does_not_fit_the_system_is_refused_by_name():
+    with pytest.raises(PlanningError, match=r"op \d+ is split along out_channels over the "
+                                            r"group \[1, 7\].*clusters 0\.\.3.*\[7\]"):
+        PlanSplitPlacement(SYSTEM, SplitOutsideTheSystem())(small_cnn())
+
+
 def test_input_module_is_not_mutated():
     mod = small_cnn()
     text = mod.script()
