@@ -64,6 +64,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     for row in auto.get("candidates", []):
         print(f"  candidate {row['strategy']}: " + (
             f"skipped ({row['skipped']})" if "skipped" in row else
+            f"pruned ({row['pruned']})" if "pruned" in row else
             f"{row['cycles']:.0f} cycles for {auto['batches']} input(s), "
             f"{row['throughput_per_cycle'] * target.system.frequency_hz:.1f} inf/s steady"))
     for row in plan["estimate"]:

@@ -12,6 +12,10 @@ from tvm_chiplet.passes.planners.placement import Placement, PlanningError
 
 OBJECTIVES = ("time", "throughput", "latency", "energy", "edp")
 
+PRUNE_FACTOR = 2.0
+"""A candidate that splits ops is realised and simulated as built unless its estimate before
+realisation is already this many times worse than the best candidate's simulated objective."""
+
 
 class AutoPlanner:
     """Try several strategies and keep the one the simulator judges best.
@@ -23,7 +27,9 @@ class AutoPlanner:
     (``"throughput"``, which ignores the fill), batch-1 latency (``"latency"``), the energy per
     inference (``"energy"``) or the energy-delay product (``"edp"``: energy per
     inference times the time of the inputs; the simulated result's ``energy``).
-    Candidates that cannot apply (they raise :class:`PlanningError`) are skipped and listed.
+    Candidates that cannot apply (they raise :class:`PlanningError`) are skipped and listed;
+    a candidate that splits ops is pruned, and listed, when its estimate before realisation is
+    :data:`PRUNE_FACTOR` times worse than the best so far (that estimate is optimistic).
     The comparison is kept in ``placement.notes["auto"]``.
 
     Parameters
@@ -66,16 +72,16 @@ class AutoPlanner:
         ]
         return [get_planner(c) if isinstance(c, str) else c for c in names]
 
-    def _score(self, sim) -> float:
-        """Higher is better."""
+    def _cost(self, sim) -> float:
+        """The objective as a positive cost: lower is better."""
         if self.objective == "throughput":
-            return sim.throughput_per_cycle
+            return 1.0 / max(sim.throughput_per_cycle, 1e-30)
         cycles = max(sim.total_cycles, 1e-9)  # time of the inputs, or latency
         if self.objective == "energy":
-            return -sim.energy.total_pj
+            return sim.energy.total_pj
         if self.objective == "edp":
-            return -sim.energy.total_pj * cycles
-        return 1.0 / cycles
+            return sim.energy.total_pj * cycles
+        return cycles
 
     def plan(self, problem: PlanningProblem) -> Placement:
         if self.objective in ("energy", "edp") and not problem.system.has_energy:
@@ -93,9 +99,19 @@ class AutoPlanner:
             except PlanningError as err:
                 rows.append({"strategy": planner.name, "skipped": str(err)})
                 continue
+            if best is not None and placement.splits and problem.realise is not None:
+                # Realising splits costs seconds to minutes; the estimate before realisation
+                # is optimistic, so a candidate it puts far behind the best cannot win.
+                estimate = self._cost(simulate_placement(problem, placement, self.batches,
+                                                         self.network))
+                if estimate > PRUNE_FACTOR * best[0]:
+                    rows.append({"strategy": planner.name, "pruned": (
+                        f"estimated at {estimate / best[0]:.1f}x the best candidate's "
+                        f"{self.objective} before realising its op splits")})
+                    continue
             sim = simulate_placement(problem, placement, self.batches, self.network,
                                      as_built=True)
-            score = self._score(sim)
+            cost = self._cost(sim)
             row = {
                 "strategy": planner.name,
                 "cycles": float(sim.total_cycles),
@@ -110,8 +126,8 @@ class AutoPlanner:
                     f"batch(es), {row['throughput_per_cycle'] * problem.system.frequency_hz:10.1f} "
                     "inf/s"
                 )
-            if best is None or score > best[0]:
-                best = (score, placement)
+            if best is None or cost < best[0]:
+                best = (cost, placement)
         if best is None:
             raise PlanningError(
                 "no candidate strategy applies: "

@@ -1,5 +1,7 @@
 """Planner-level strategies: judging a placement by simulation, the single baseline, auto."""
 
+import dataclasses
+
 import pytest
 
 import tvm_chiplet
@@ -13,6 +15,7 @@ from tvm_chiplet.passes.planners import (
     PlanningProblem,
     SinglePlanner,
     TensorParallelPlanner,
+    auto,
 )
 from tvm_chiplet.passes.planners.evaluate import simulate_placement
 from tvm_chiplet.passes.planners.placement import Placement
@@ -110,6 +113,27 @@ def test_auto_latency_objective_simulates_one_batch(resnet18_problem):
     assert placement.notes["auto"]["batches"] == 1
 
 
+def test_auto_prunes_a_splitting_candidate_its_estimate_puts_far_behind(resnet18_problem,
+                                                                        monkeypatch):
+    _, problem = resnet18_problem
+    realised = []
+
+    def realise(placement):
+        realised.append(placement.strategy)
+        return problem.realise(placement)
+
+    counting = dataclasses.replace(problem, realise=realise)
+    candidates = [PipelinePlanner(batches=64), TensorParallelPlanner()]
+    placement = AutoPlanner(candidates, batches=64).plan(counting)
+    rows = {row["strategy"]: row for row in placement.notes["auto"]["candidates"]}
+    assert "before realising its op splits" in rows["tensor-parallel"]["pruned"]
+    assert realised == [] and placement.strategy == "auto:pipeline"
+    # Without pruning, the candidate is realised and simulated as built, and still loses.
+    monkeypatch.setattr(auto, "PRUNE_FACTOR", float("inf"))
+    placement = AutoPlanner(candidates, batches=64).plan(counting)
+    assert realised == ["tensor-parallel"] and placement.strategy == "auto:pipeline"
+
+
 @pytest.mark.parametrize(("objective", "score"), [
     ("energy", lambda row: row["energy_pj"]),
     ("edp", lambda row: row["energy_pj"] * row["cycles"]),
@@ -119,7 +143,7 @@ def test_auto_energy_objectives_keep_the_least_energy_or_energy_delay(resnet18_p
     _, problem = resnet18_problem
     placement = AutoPlanner(["single", "pipeline", "layer-sequential"], objective=objective,
                             batches=8).plan(problem)
-    table = placement.notes["auto"]["candidates"]
+    table = [row for row in placement.notes["auto"]["candidates"] if "pruned" not in row]
     assert all(row["energy_pj"] > 0 for row in table)
     assert placement.strategy == f"auto:{min(table, key=score)['strategy']}"
 

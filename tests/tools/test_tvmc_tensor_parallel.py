@@ -103,5 +103,7 @@ def test_auto_keeps_the_fastest_candidate_and_prints_the_comparison(tmp_path, ca
     fastest = min((row for row in rows if "cycles" in row), key=lambda row: row["cycles"])
     assert plan["strategy"] == f"auto:{fastest['strategy']}"
     for row in rows:
-        shown = "skipped" if "skipped" in row else f"{row['cycles']:.0f} cycles for 64 input(s)"
+        reason = next((key for key in ("skipped", "pruned") if key in row), None)
+        shown = (f"{reason} ({row[reason]})" if reason
+                 else f"{row['cycles']:.0f} cycles for 64 input(s)")
         assert f"candidate {row['strategy']}: {shown}" in out
