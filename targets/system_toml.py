@@ -129,6 +129,7 @@ import math
 import re
 import tomllib
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -316,6 +317,18 @@ class _Builder:
 
     def bad(self, path: str, value: Any, expected: str) -> NoReturn:
         self.fail(path, f"found {value!r}; expected {expected}")
+
+    def array_of_tables(self, value: Any, key: str, allowed: tuple[str, ...],
+                        empty: str | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+        """The ``(path, table)`` of each entry of the array of tables ``[[key]]``, each checked
+        by :meth:`table`; ``empty``: the error for an empty array (default: allowed)."""
+        if not isinstance(value, list):
+            self.bad(key, value, f"an array of tables [[{key}]]")
+        if not value and empty is not None:
+            self.fail(key, empty)
+        for i, item in enumerate(value):
+            path = f"{key}[{i}]"
+            yield path, self.table(item, path, allowed)
 
     def table(self, value: Any, path: str, allowed: tuple[str, ...]) -> dict[str, Any]:
         if not isinstance(value, dict):
@@ -624,14 +637,9 @@ class _Builder:
         return chiplets
 
     def explicit_chiplets(self, value: Any) -> list[_ChipletSpec]:
-        if not isinstance(value, list):
-            self.bad("chiplet", value, "an array of tables [[chiplet]]")
-        if not value:
-            self.fail("chiplet", "empty list; expected at least one [[chiplet]]")
         chiplets = []
-        for i, item in enumerate(value):
-            path = f"chiplet[{i}]"
-            tbl = self.table(item, path, _CHIPLET_KEYS)
+        for path, tbl in self.array_of_tables(value, "chiplet", _CHIPLET_KEYS,
+                                     "empty list; expected at least one [[chiplet]]"):
             x = self.get_int(tbl, "x", path, 0)
             y = self.get_int(tbl, "y", path, 0)
             name = self.get_name(tbl, "name", path, f"x{x}y{y}")
@@ -862,16 +870,12 @@ class _Builder:
     def explicit_links(
         self, value: Any, chiplets: list[_ChipletSpec], defaults: dict[str, dict[str, Any]]
     ) -> list[_LinkSpec]:
-        if not isinstance(value, list):
-            self.bad("link", value, "an array of tables [[link]]")
         owner = {}
         for spec in chiplets:
             for i in range(len(spec.clusters)):
                 owner[spec.first + i] = spec
         links = []
-        for i, item in enumerate(value):
-            path = f"link[{i}]"
-            tbl = self.table(item, path, _LINK_KEYS)
+        for path, tbl in self.array_of_tables(value, "link", _LINK_KEYS):
             for key in ("src", "dst"):
                 self.missing(tbl, key, path, "a chiplet name, 'chiplet.cluster' or [x, y]")
             src = self.node_ref(tbl["src"], f"{path}.src", chiplets)
@@ -930,14 +934,9 @@ class _Builder:
 
     # -------------------------------------------------------------- DRAM and faults
     def drams(self, value: Any, chiplets: list[_ChipletSpec]) -> list[_DramSpec]:
-        if not isinstance(value, list):
-            self.bad("dram", value, "an array of tables [[dram]]")
-        if not value:
-            self.fail("dram", "no DRAM controller; expected at least one [[dram]] entry")
         result = []
-        for i, item in enumerate(value):
-            path = f"dram[{i}]"
-            tbl = self.table(item, path, _DRAM_KEYS)
+        for path, tbl in self.array_of_tables(value, "dram", _DRAM_KEYS,
+                                     "no DRAM controller; expected at least one [[dram]] entry"):
             self.missing(tbl, "chiplet", path, "a chiplet name or [x, y]")
             spec = self.chiplet_ref(tbl["chiplet"], f"{path}.chiplet", chiplets)
             local = tbl.get("cluster", 0)
