@@ -20,7 +20,6 @@ Writes ``fidelity.csv`` and ``fidelity.md``. Ctrl-C stops after writing the rows
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import os
 import sys
@@ -37,6 +36,7 @@ from tvm_chiplet.targets.system_toml import load_system
 from tvm_chiplet.targets.workload import build_workload, replicate_loans
 from tvm_chiplet.tools import models
 from tvm_chiplet.tools.bench.noc import saturation_rows
+from tvm_chiplet.tools.bench.tables import markdown_table, write_csv
 from tvm_chiplet.tools.frontends import load_model
 
 MODELS = ("resnet50", "bert", "gpt2")
@@ -107,22 +107,10 @@ def write(out: str, models_: list[dict], synthetic: list[dict]) -> None:
     os.makedirs(out, exist_ok=True)
     rows = [{"part": "model", **r} for r in models_] + [{"part": "synthetic", **r}
                                                          for r in synthetic]
-    fields = list(dict.fromkeys(key for row in rows for key in row))
-    with open(os.path.join(out, "fidelity.csv"), "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=fields, restval="")
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(os.path.join(out, "fidelity.csv"), rows)
 
     def table(part: list[dict]) -> list[str]:
-        if not part:
-            return ["(not run)"]
-        keys = list(dict.fromkeys(key for row in part for key in row))
-
-        def cell(value) -> str:
-            return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-        return ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys),
-                *("| " + " | ".join(cell(r.get(k, "")) for k in keys) + " |" for r in part)]
+        return markdown_table(part) if part else ["(not run)"]
 
     lines = ["# Simulator fidelity: flow against flit", "",
              "Whole models: total cycles of the default strategy's plan, pipelined inputs; "

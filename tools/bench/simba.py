@@ -19,7 +19,6 @@ over the peak; a high estimate).
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 
 from tvm_chiplet.passes import ReduceGraph
@@ -29,6 +28,7 @@ from tvm_chiplet.runtime.device import ENERGY_TERMS, simulate_workload
 from tvm_chiplet.targets.system_toml import load_system
 from tvm_chiplet.tools import models
 from tvm_chiplet.tools.bench.strategies import bench_strategy
+from tvm_chiplet.tools.bench.tables import markdown_table, write_csv
 from tvm_chiplet.tools.frontends import load_model
 
 SILICON = {"latency_ms": 0.50, "throughput_per_s": 1988.0, "tops_per_w": 6.1, "peak_tops": 128.0}
@@ -74,14 +74,7 @@ def write(out: str, rows: list[dict], best: dict, silicon_uj: tuple[float, float
     fields = ["strategy", "latency_ms", "throughput_per_s", "energy_uJ", "energy_vs_bound",
               "latency_vs_bound", "bound_binding", "clusters", "plan_s",
               *(f"energy_{term}_uJ" for term in ENERGY_TERMS)]
-    with open(os.path.join(out, "simba.csv"), "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=fields, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-
-    def cell(value) -> str:
-        return f"{value:.4g}" if isinstance(value, float) else str(value)
-
+    write_csv(os.path.join(out, "simba.csv"), rows, fields)
     low, high = silicon_uj
     lines = [
         "# Simba calibration: ResNet-50, int8, simba-6x6, batch 1", "",
@@ -108,10 +101,8 @@ def write(out: str, rows: list[dict], best: dict, silicon_uj: tuple[float, float
         f"whose binding term is `{best['bound_binding']}`; its largest energy terms are "
         + ", ".join(f"{term} {best[f'energy_{term}_uJ']:.0f} uJ" for term in
                     sorted(ENERGY_TERMS, key=lambda t: -best[f"energy_{t}_uJ"])[:3]) + ".",
-        "", "Every strategy:", "",
-        "| " + " | ".join(fields) + " |", "|" + "---|" * len(fields),
+        "", "Every strategy:", "", *markdown_table(rows, fields),
     ]
-    lines += ["| " + " | ".join(cell(row.get(f, "")) for f in fields) + " |" for row in rows]
     with open(os.path.join(out, "simba.md"), "w") as handle:
         handle.write("\n".join(lines) + "\n")
 

@@ -15,7 +15,6 @@ realised module's ops are simulated, exactly as the compiled artifact would be. 
 from __future__ import annotations
 
 import argparse
-import csv
 import itertools
 import os
 import sys
@@ -44,6 +43,7 @@ from tvm_chiplet.runtime.device import simulate_workload
 from tvm_chiplet.targets.system_toml import load_system
 from tvm_chiplet.targets.topology import Topology
 from tvm_chiplet.tools import models
+from tvm_chiplet.tools.bench.tables import markdown_table, write_csv
 from tvm_chiplet.tools.frontends import load_model
 
 MODELS = ["resnet50", "mobilenet-v2", "bert", "gpt2"]
@@ -155,15 +155,7 @@ def write_results(rows: list[dict], out: str, batches: int, network: str) -> Non
     if not rows:
         return
     os.makedirs(out, exist_ok=True)
-    fields = list(dict.fromkeys(key for row in rows for key in row))
-    with open(os.path.join(out, "strategies.csv"), "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=fields, restval="")
-        writer.writeheader()
-        writer.writerows(rows)
-
-    def cell(value) -> str:
-        return f"{value:.4g}" if isinstance(value, float) else str(value)
-
+    write_csv(os.path.join(out, "strategies.csv"), rows)
     lines = [
         "# Strategies benchmark", "",
         f"Simulated with the `{network}` network model; throughput with {batches} pipelined "
@@ -175,9 +167,8 @@ def write_results(rows: list[dict], out: str, batches: int, network: str) -> Non
         "ratios compare times only. `device_dtype`: the precision of the device model (bytes, "
         "SRAM, MAC rates, energy); `energy_uJ`: simulated energy of one input (batch 1), "
         "`energy_vs_bound` over the energy lower bound (MACs + forced DRAM traffic).", "",
-        "| " + " | ".join(fields) + " |", "|" + "---|" * len(fields),
+        *markdown_table(rows),
     ]
-    lines += ["| " + " | ".join(cell(row.get(f, "")) for f in fields) + " |" for row in rows]
     with open(os.path.join(out, "strategies.md"), "w") as handle:
         handle.write("\n".join(lines) + "\n")
 
