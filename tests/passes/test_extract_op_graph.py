@@ -9,15 +9,7 @@ from tvm_chiplet.passes.analysis.extract_op_graph import AnalysisError, extract_
 
 
 def test_a_gather_from_a_constant_table_counts_only_the_rows_it_reads():
-    table = np.arange(1000 * 16, dtype="float32").reshape(1000, 16)
-    builder = relax.BlockBuilder()
-    ids = relax.Var("ids", relax.TensorType((4,), "int64"))
-    with builder.function("main", [ids]):
-        with builder.dataflow():
-            rows = builder.emit(relax.op.take(relax.const(table), ids, axis=0))
-            out = builder.emit_output(relax.op.multiply(rows, relax.const(table[:4])))
-        builder.emit_func_output(out)
-    graph = extract_op_graph(ReduceGraph()(builder.get()))
+    graph = extract_op_graph(_embedding_module(table_rows=1000))
     gather = next(op for op in graph.ops if "take" in op.name)
     assert gather.weight_bytes == 4 * 16 * 4  # the rows read, not the 64 kB table
     product = next(op for op in graph.ops if "multiply" in op.name and op is not gather)
@@ -88,9 +80,10 @@ def test_an_estimated_flops_attribute_gives_the_count_of_an_op_the_estimator_rej
     assert op.flops == 128
 
 
-def _embedding_module():
-    """An fp32 table gathered by int64 ids, then scaled by an fp32 constant."""
-    table = np.ones((100, 16), dtype="float32")
+def _embedding_module(table_rows: int = 100):
+    """An fp32 table of ``table_rows`` x 16 gathered by 4 int64 ids, then scaled by an fp32
+    constant."""
+    table = np.ones((table_rows, 16), dtype="float32")
     builder = relax.BlockBuilder()
     ids = relax.Var("ids", relax.TensorType((4,), "int64"))
     with builder.function("main", [ids]):
