@@ -144,7 +144,8 @@ def simulate_workload(
     latency = [link.latency for link in links] + [0.0] * len(system.drams)
     sim_tasks = [SimTask(t["name"], t["cluster"], float(t["cycles"])) for t in tasks]
     sim_messages = [
-        SimMessage(m["src"], m["dst"], int(m["bytes"]), list(m["route"])) for m in messages
+        SimMessage(m["src"], m["dst"], int(m["bytes"]), list(m["route"]), m.get("multicast"))
+        for m in messages
     ]
     engines: dict[int, int] = {}
     landing: dict[int, int] = {}  # task index -> its landing task

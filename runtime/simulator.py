@@ -35,6 +35,14 @@ The model
 
 A link is busy while at least one message is transferring bytes over it (latency excluded).
 
+Multicast: messages that share a :attr:`SimMessage.multicast` id carry the same bytes from the
+same task to several tasks, as routers that replicate packets send them: ``"flow"`` moves them
+as one transfer over the union of their routes (each link of that tree carries the bytes once,
+at the rate of the tree's most contended link), each arriving its own route's latency after the
+last byte; ``"analytical"`` has no contention to share, so it times each alone; link bytes count
+each tree link once. ``"flit"`` sends them as separate messages (its routers do not replicate
+packets), and counts link bytes that way.
+
 Example
 -------
 >>> tasks = [SimTask("produce", cluster=0, cycles=100), SimTask("consume", cluster=1, cycles=50)]
@@ -102,12 +110,16 @@ class SimMessage:
         Payload size in bytes (>= 0).
     route : Sequence[int]
         Link ids in travel order; empty when both tasks share the data in place.
+    multicast : int or None
+        Messages with the same id are one multicast (module docstring): they must leave the
+        same task with the same bytes.
     """
 
     src_task: int
     dst_task: int
     nbytes: int
     route: Sequence[int] = ()
+    multicast: int | None = None
 
 
 class SimulationStalledError(RuntimeError):
@@ -271,6 +283,7 @@ def simulate(
         problem.message_bytes,
         problem.route_offsets,
         problem.route_links,
+        problem.message_leader,
         problem.link_bandwidth,
         problem.link_latency,
         problem.batches,
@@ -341,6 +354,7 @@ class _Problem:
     message_bytes: np.ndarray  # float64 [messages]
     route_offsets: np.ndarray  # int64 [messages + 1]; message m uses route_links[o[m]:o[m+1]]
     route_links: np.ndarray  # int64
+    message_leader: np.ndarray  # int64 [messages]: first message of its multicast, or itself
     link_bandwidth: np.ndarray  # float64 [links]
     link_latency: np.ndarray  # float64 [links]
     num_clusters: int
@@ -451,6 +465,7 @@ def _prepare(
             f"{label(index)} crosses a link twice on route {routes[index]}; routes must be paths"
         )
 
+    leaders = _multicast_leaders(messages, label, network)
     problem = _Problem(
         task_names=names,
         task_cluster=np.array(clusters, dtype=np.int64),
@@ -460,6 +475,7 @@ def _prepare(
         message_bytes=np.array(nbytes, dtype=np.float64),
         route_offsets=route_offsets,
         route_links=route_links,
+        message_leader=leaders,
         link_bandwidth=bandwidth,
         link_latency=latency,
         num_clusters=int(num_clusters),
@@ -468,6 +484,29 @@ def _prepare(
     )
     _check_acyclic(problem)
     return problem
+
+
+def _multicast_leaders(messages: Sequence[SimMessage], label, network: str) -> np.ndarray:
+    """Per message, the first message of its multicast (itself when unicast, and always with
+    the ``flit`` network, whose routers do not replicate packets)."""
+    leaders = np.arange(len(messages), dtype=np.int64)
+    if network == "flit":
+        return leaders
+    first: dict = {}
+    for index, message in enumerate(messages):
+        if message.multicast is None:
+            continue
+        lead = first.setdefault(message.multicast, index)
+        leader = messages[lead]
+        if (message.src_task, message.nbytes) != (leader.src_task, leader.nbytes):
+            raise ValueError(
+                f"{label(index)} is in multicast {message.multicast!r} with {label(lead)}, but "
+                f"carries {message.nbytes} B from task {message.src_task} against "
+                f"{leader.nbytes} B from task {leader.src_task}; a multicast sends the same bytes "
+                f"from one task"
+            )
+        leaders[index] = lead
+    return leaders
 
 
 def _prepare_links(
@@ -554,9 +593,12 @@ def _summarise(problem: _Problem, timeline: _Timeline) -> SimResult:
     idle = np.maximum(total - busy - wait, 0.0)
 
     num_links = len(problem.link_bandwidth)
-    route_bytes = np.repeat(problem.message_bytes, np.diff(problem.route_offsets))
+    # A multicast's bytes cross each link of the union of its routes once.
+    route_leader = np.repeat(problem.message_leader, np.diff(problem.route_offsets))
+    crossings = np.unique(route_leader * num_links + problem.route_links)
     link_bytes = batches * np.bincount(
-        problem.route_links, weights=route_bytes, minlength=num_links
+        crossings % num_links, weights=problem.message_bytes[crossings // num_links],
+        minlength=num_links,
     )
 
     batch_end = end.max(axis=1)

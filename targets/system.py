@@ -122,7 +122,11 @@ class Chiplet:
 
 @dataclass(frozen=True)
 class Link:
-    """A directed link between routing nodes (cluster ids); bytes/cycle, cycles, pJ per bit."""
+    """A directed link between routing nodes (cluster ids); bytes/cycle, cycles, pJ per bit.
+
+    ``multicast``: the router driving the link replicates packets, so a value sent to several
+    clusters crosses it once (see :func:`~tvm_chiplet.targets.workload.build_workload`).
+    """
 
     id: int
     src: int
@@ -131,6 +135,7 @@ class Link:
     bandwidth: float
     latency: float
     energy_pj_per_bit: float = 0.0
+    multicast: bool = False
 
 
 @dataclass(frozen=True)
@@ -305,6 +310,8 @@ class ChipletSystem:
                 "latency": link.latency,
                 "bidirectional": False,
             }
+            if link.multicast:
+                entry["multicast"] = True
             if energy:
                 entry["energy_pj_per_bit"] = link.energy_pj_per_bit
             links.append(entry)

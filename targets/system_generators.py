@@ -99,6 +99,7 @@ def mesh_system(
     energy: GridEnergy | None = None,
     faults: dict[str, Any] | None = None,
     name: str | None = None,
+    multicast: bool = False,
 ) -> ChipletSystem:
     """A ``rows x cols`` mesh of one-cluster chiplets for synthetic NoC studies.
 
@@ -127,6 +128,8 @@ def mesh_system(
         A ``[faults]`` table (see :mod:`tvm_chiplet.targets.system_toml`).
     name : str, optional
         System name, default ``"mesh-<rows>x<cols>"``.
+    multicast : bool
+        Whether the routers replicate packets on every link (``[nop] multicast``).
     """
     data = _grid_dict(
         name or f"mesh-{rows}x{cols}",
@@ -145,6 +148,7 @@ def mesh_system(
     )
     if faults:
         data["faults"] = faults
+    data["nop"]["multicast"] = multicast
     return system_from_dict(data, source=f"<mesh_system({rows}, {cols})>")
 
 

@@ -64,6 +64,8 @@ Sections shared by both forms::
     latency = 2.0                  # >= 0 cycles per hop
     energy_pj_per_bit = 0.075      # energy: pJ per bit per link traversed
     auto = true                    # generate the local mesh/ring links (see below)
+    multicast = false              # routers replicate packets: a value sent to several
+                                   #   clusters crosses each link of its tree once
 
     [nop]                          # defaults for links between chiplets; same keys as [noc]
 
@@ -74,6 +76,7 @@ Sections shared by both forms::
     bandwidth = 32.0               # optional, default from [noc] / [nop]
     latency = 10.0                 # optional, default from [noc] / [nop]
     energy_pj_per_bit = 0.5        # optional, default from [noc] / [nop]
+    multicast = true               # optional, default from [noc] / [nop]
     bidirectional = true           # optional, default true: also add dst -> src
 
     [[dram]]                       # at least one controller is required
@@ -171,8 +174,9 @@ _CLUSTER_KEYS = (
     "energy_pj_per_mac",
     "energy_pj_per_sram_byte",
 )
-_LINK_DEFAULT_KEYS = ("bandwidth", "latency", "energy_pj_per_bit", "auto")
-_LINK_KEYS = ("src", "dst", "kind", "bandwidth", "latency", "energy_pj_per_bit", "bidirectional")
+_LINK_DEFAULT_KEYS = ("bandwidth", "latency", "energy_pj_per_bit", "auto", "multicast")
+_LINK_KEYS = ("src", "dst", "kind", "bandwidth", "latency", "energy_pj_per_bit", "multicast",
+              "bidirectional")
 _DRAM_KEYS = ("chiplet", "cluster", "bandwidth", "energy_pj_per_bit")
 _FAULT_KEYS = ("chiplets", "clusters", "links")
 _DEFAULT_DTYPE = "fp32"  # what a file without [system] dtype has always meant
@@ -291,6 +295,7 @@ class _LinkSpec:
     bandwidth: float
     latency: float
     energy: float | None
+    multicast: bool = False
 
 
 @dataclass
@@ -827,6 +832,7 @@ class _Builder:
         if "energy_pj_per_bit" in tbl:
             params["energy"] = self.energy(tbl, "energy_pj_per_bit", kind, "pJ per bit")
         params["auto"] = self.get_bool(tbl, "auto", kind)
+        params["multicast"] = bool(self.get_bool(tbl, "multicast", kind))
         return params
 
     def link_params(
@@ -837,7 +843,7 @@ class _Builder:
         defaults: dict[str, dict[str, Any]],
         reason: str,
         energy_for: str,
-    ) -> tuple[float, float, float | None]:
+    ) -> tuple[float, float, float | None, bool]:
         base = defaults[kind]
         if "bandwidth" in tbl:
             bandwidth = self.get_number(tbl, "bandwidth", path, positive=True, unit="bytes/cycle")
@@ -865,7 +871,8 @@ class _Builder:
                     f"{kind}.energy_pj_per_bit",
                     f"a number >= 0 (pJ per bit) for {energy_for}",
                 )
-        return bandwidth, latency, energy
+        multicast = self.get_bool(tbl, "multicast", path)
+        return bandwidth, latency, energy, base["multicast"] if multicast is None else multicast
 
     def explicit_links(
         self, value: Any, chiplets: list[_ChipletSpec], defaults: dict[str, dict[str, Any]]
@@ -889,7 +896,7 @@ class _Builder:
             if kind != inferred:
                 where = "the same chiplet" if inferred == "noc" else "different chiplets"
                 self.bad(f"{path}.kind", kind, f"{inferred!r}: the endpoints are on {where}")
-            bandwidth, latency, energy = self.link_params(
+            bandwidth, latency, energy, multicast = self.link_params(
                 tbl,
                 path,
                 kind,
@@ -898,9 +905,9 @@ class _Builder:
                 f"{path}, which gives none of its own",
             )
             bidirectional = self.get_bool(tbl, "bidirectional", path)
-            links.append(_LinkSpec(src, dst, kind, bandwidth, latency, energy))
+            links.append(_LinkSpec(src, dst, kind, bandwidth, latency, energy, multicast))
             if bidirectional is not False:
-                links.append(_LinkSpec(dst, src, kind, bandwidth, latency, energy))
+                links.append(_LinkSpec(dst, src, kind, bandwidth, latency, energy, multicast))
         return links
 
     def auto_links(
@@ -918,7 +925,7 @@ class _Builder:
                         pairs.append((spec.first, at[(nx, ny)].first))
         if not pairs:
             return []
-        bandwidth, latency, energy = self.link_params(
+        bandwidth, latency, energy, multicast = self.link_params(
             {},
             kind,
             kind,
@@ -928,8 +935,8 @@ class _Builder:
         )
         links = []
         for a, b in pairs:
-            links.append(_LinkSpec(a, b, kind, bandwidth, latency, energy))
-            links.append(_LinkSpec(b, a, kind, bandwidth, latency, energy))
+            links.append(_LinkSpec(a, b, kind, bandwidth, latency, energy, multicast))
+            links.append(_LinkSpec(b, a, kind, bandwidth, latency, energy, multicast))
         return links
 
     # -------------------------------------------------------------- DRAM and faults
@@ -1061,6 +1068,7 @@ class _Builder:
                     link.bandwidth,
                     link.latency,
                     energy_pj_per_bit=link.energy if has_energy else 0.0,
+                    multicast=link.multicast,
                 )
             )
         out_drams = [

@@ -54,6 +54,7 @@ class WorkItem:
     bytes_moved: float
     weight_bytes: float
     deps: Sequence[tuple[int, int]] = ()  # (producer item index, bytes read from it)
+    output_bytes: float = 0.0  # what the item writes (0: unknown, so never multicast)
 
 
 def replicate_items(items: Sequence[WorkItem],
@@ -70,7 +71,8 @@ def replicate_items(items: Sequence[WorkItem],
         replicated += [
             WorkItem(f"{item.name}@{number}", clusters[item.cluster], item.flops,
                      item.bytes_moved, item.weight_bytes,
-                     [(producer + offset, nbytes) for producer, nbytes in item.deps])
+                     [(producer + offset, nbytes) for producer, nbytes in item.deps],
+                     item.output_bytes)
             for item in items
         ]
     return replicated
@@ -210,7 +212,8 @@ def build_workload(
     (tasks, messages, weights_resident, fetches)
         ``tasks[i]`` = ``{"name", "cluster", "cycles", "mac_pj", "sram_pj"}`` (compute only,
         energy from :func:`~tvm_chiplet.targets.cost_model.op_energy_pj`); ``messages`` =
-        ``{"src", "dst", "bytes", "route"}`` (empty route within a cluster);
+        ``{"src", "dst", "bytes", "route", "multicast"}`` (empty route within a cluster;
+        ``multicast`` None or the index of the multicast's first message, module docstring);
         ``weights_resident[c]``: whether cluster ``c`` keeps all its weights in SRAM;
         ``fetches`` = ``{"task", "cluster", "dram", "lender", "bytes", "route", "after"}``, one
         per streamed item and source: a DRAM controller (``dram``; ``lender`` None) or, with
@@ -254,8 +257,26 @@ def build_workload(
         for producer, nbytes in item.deps:
             src = items[producer].cluster
             route = topology.route(src, item.cluster) if src != item.cluster else []
-            messages.append({"src": producer, "dst": index, "bytes": int(nbytes), "route": route})
+            messages.append({"src": producer, "dst": index, "bytes": int(nbytes), "route": route,
+                             "multicast": None})
+    _group_multicasts(items, messages, system)
     return tasks, messages, resident, fetches
+
+
+def _group_multicasts(items: Sequence[WorkItem], messages: list[dict],
+                      system: ChipletSystem) -> None:
+    """Mark the messages that carry an item's whole output to other clusters over multicast
+    links as one multicast each (module docstring)."""
+    readers: dict[int, list[int]] = {}
+    for index, message in enumerate(messages):
+        whole = items[message["src"]].output_bytes
+        if message["route"] and whole > 0 and message["bytes"] == int(whole):
+            readers.setdefault(message["src"], []).append(index)
+    for group in readers.values():
+        links = {link for index in group for link in messages[index]["route"]}
+        if len(group) > 1 and all(system.links[link].multicast for link in links):
+            for index in group:
+                messages[index]["multicast"] = group[0]
 
 
 def _split_bytes(nbytes: int, shares: list[float]) -> list[int]:

@@ -48,6 +48,7 @@ class Task:
     bytes_moved: int
     weight_bytes: int
     deps: list[list[int]] = field(default_factory=list)
+    output_bytes: int = 0
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -144,7 +145,8 @@ def _segment_tasks(mod, func, segment, producers, tasks, flop_cache, device_dtyp
                     deps[producer] = deps.get(producer, 0) + nbytes
             weight_bytes = call_tir_weight_bytes(value, device_dtype)
             moved = sum(tensor_bytes(v.ty, v.name, device_dtype) for v in reads)
-            moved += tensor_bytes(binding.var.ty, binding.var.name, device_dtype) + weight_bytes
+            output = tensor_bytes(binding.var.ty, binding.var.name, device_dtype)
+            moved += output + weight_bytes
             tasks.append(
                 Task(
                     op_id=op_id,
@@ -156,6 +158,7 @@ def _segment_tasks(mod, func, segment, producers, tasks, flop_cache, device_dtyp
                     bytes_moved=moved,
                     weight_bytes=weight_bytes,
                     deps=[[p, b] for p, b in sorted(deps.items())],
+                    output_bytes=output,
                 )
             )
             origin[binding.var] = {len(tasks) - 1}

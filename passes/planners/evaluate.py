@@ -52,7 +52,7 @@ def graph_items(graph: OpGraph, placement: Placement) -> list[WorkItem]:
             index_of[op.op_id] = len(items)
             items.append(WorkItem(
                 op.name, placement.op_cluster[op.op_id], op.flops, op.bytes_moved,
-                op.weight_bytes, deps,
+                op.weight_bytes, deps, op.output_bytes,
             ))
         else:
             producers[op.op_id] = reads
@@ -72,12 +72,12 @@ def _split_items(items: list[WorkItem], op, split: OpSplit, deps: list[tuple[int
         parts.append(len(items))
         items.append(WorkItem(
             f"{op.name}#{p}", cluster, op.flops / k, part_in + part_out + weights, weights,
-            [(src, nbytes if reads_all else nbytes / k) for src, nbytes in deps],
+            [(src, nbytes if reads_all else nbytes / k) for src, nbytes in deps], part_out,
         ))
     combine_flops = (k - 1) * op.output_bytes / 4.0 if reduction else 0.0
     items.append(WorkItem(
         f"{op.name}#combine", home, combine_flops, k * part_out + op.output_bytes, 0.0,
-        [(part, part_out) for part in parts],
+        [(part, part_out) for part in parts], op.output_bytes,
     ))
     return len(items) - 1
 

@@ -77,8 +77,8 @@ struct RunState {
 
 void Prepare(TensorView task_cluster, TensorView task_cycles, int64_t num_clusters,
                  TensorView message_src, TensorView message_dst, TensorView message_bytes,
-                 TensorView route_offsets, TensorView route_links, TensorView link_bandwidth,
-                 TensorView link_latency, int64_t batches, const ModelFactory& make_model,
+                 TensorView route_offsets, TensorView route_links, TensorView message_leader,
+                 TensorView link_bandwidth, TensorView link_latency, int64_t batches, const ModelFactory& make_model,
                  TensorView task_start, TensorView task_end, TensorView message_arrival,
                  TensorView link_busy, RunState* state) {
   CheckArray(task_cluster, "task_cluster", kDLInt, -1);
@@ -90,6 +90,7 @@ void Prepare(TensorView task_cluster, TensorView task_cycles, int64_t num_cluste
   CheckArray(message_bytes, "message_bytes", kDLFloat, num_messages);
   CheckArray(route_offsets, "route_offsets", kDLInt, num_messages + 1);
   CheckArray(route_links, "route_links", kDLInt, -1);
+  CheckArray(message_leader, "message_leader", kDLInt, num_messages);
   CheckArray(link_bandwidth, "link_bandwidth", kDLFloat, -1);
   int64_t num_links = link_bandwidth.size(0);
   CheckArray(link_latency, "link_latency", kDLFloat, num_links);
@@ -110,6 +111,7 @@ void Prepare(TensorView task_cluster, TensorView task_cycles, int64_t num_cluste
   const double* bytes = Data<double>(message_bytes);
   const int64_t* offsets = Data<int64_t>(route_offsets);
   const int64_t* links = Data<int64_t>(route_links);
+  const int64_t* leaders = Data<int64_t>(message_leader);
   const double* bandwidth = Data<double>(link_bandwidth);
   const double* latency = Data<double>(link_latency);
 
@@ -121,6 +123,7 @@ void Prepare(TensorView task_cluster, TensorView task_cycles, int64_t num_cluste
   spec.message_bytes = bytes;
   spec.route_offsets = offsets;
   spec.route_links = links;
+  spec.message_leader = leaders;
   state->model = make_model(spec, batches);
 
   TaskGraph& graph = state->graph;
@@ -153,15 +156,17 @@ tvm::ffi::Function Start(tvm::ffi::Tensor task_cluster, tvm::ffi::Tensor task_cy
                          int64_t num_clusters, tvm::ffi::Tensor message_src,
                          tvm::ffi::Tensor message_dst, tvm::ffi::Tensor message_bytes,
                          tvm::ffi::Tensor route_offsets, tvm::ffi::Tensor route_links,
-                         tvm::ffi::Tensor link_bandwidth, tvm::ffi::Tensor link_latency,
+                         tvm::ffi::Tensor message_leader, tvm::ffi::Tensor link_bandwidth,
+                         tvm::ffi::Tensor link_latency,
                          int64_t batches, tvm::ffi::String network, tvm::ffi::Tensor flit_params,
                          double flit_bytes, bool skip_dead_cycles, tvm::ffi::Tensor task_start,
                          tvm::ffi::Tensor task_end, tvm::ffi::Tensor message_arrival,
                          tvm::ffi::Tensor link_busy) {
   auto state = std::make_shared<RunState>();
-  state->arrays = {task_cluster,  task_cycles,  message_src,    message_dst,     message_bytes,
-                   route_offsets, route_links,  link_bandwidth, link_latency,    flit_params,
-                   task_start,    task_end,     message_arrival, link_busy};
+  state->arrays = {task_cluster,   task_cycles,    message_src,  message_dst,
+                   message_bytes,  route_offsets,  route_links,  message_leader,
+                   link_bandwidth, link_latency,   flit_params,  task_start,
+                   task_end,       message_arrival, link_busy};
   std::string name(network);
   ModelFactory make_model;
   if (name == "flit") {
@@ -176,7 +181,8 @@ tvm::ffi::Function Start(tvm::ffi::Tensor task_cluster, tvm::ffi::Tensor task_cy
     };
   }
   Prepare(task_cluster, task_cycles, num_clusters, message_src, message_dst, message_bytes,
-          route_offsets, route_links, link_bandwidth, link_latency, batches, make_model,
+          route_offsets, route_links, message_leader, link_bandwidth, link_latency, batches,
+          make_model,
           task_start, task_end, message_arrival, link_busy, state.get());
   return tvm::ffi::Function::FromTyped([state](double max_seconds) {
     TVM_FFI_CHECK(max_seconds > 0.0, ValueError)

@@ -5,11 +5,17 @@
  * Rates are constant between events and recomputed (progressive filling) whenever a message
  * starts or finishes its transfer. A message's route latency is paid once, after its last byte
  * leaves, so a message alone on its route takes latency + bytes / min bandwidth.
+ *
+ * A multicast (NetworkSpec::message_leader) is one flow over the union of its messages' routes:
+ * the routers replicate its bytes, so every link of that tree carries them once, at the rate of
+ * the tree's most contended link. Each of its messages arrives its own route's latency after
+ * the flow's last byte.
  */
 #include <tvm/ffi/error.h>
 
 #include <algorithm>
 #include <limits>
+#include <unordered_map>
 #include <vector>
 
 #include "network_model.h"
@@ -36,6 +42,18 @@ class FlowNetwork : public NetworkModel {
         link_unfrozen_(spec.num_links, 0) {
     latency_.reserve(spec.num_messages);
     for (int64_t m = 0; m < spec.num_messages; ++m) latency_.push_back(spec.RouteLatency(m));
+    // The links of each flow: a unicast's route, or the union of a multicast's routes.
+    flow_links_.resize(spec.num_messages);
+    multicast_.assign(spec.num_messages, false);
+    for (int64_t m = 0; m < spec.num_messages; ++m) {
+      int64_t leader = spec.Leader(m);
+      if (leader != m) multicast_[leader] = true;
+      std::vector<int64_t>& links = flow_links_[leader];
+      for (int64_t i = spec.RouteBegin(m); i < spec.RouteEnd(m); ++i) {
+        int64_t link = spec.route_links[i];
+        if (std::find(links.begin(), links.end(), link) == links.end()) links.push_back(link);
+      }
+    }
   }
 
   void Inject(int64_t message, double now, std::vector<Delivery>* delivered) final {
@@ -46,15 +64,29 @@ class FlowNetwork : public NetworkModel {
       delivered->push_back({message, now + latency_[m]});
       return;
     }
-    remaining_[message] = spec_.message_bytes[m];
-    active_.push_back(message);
-    for (int64_t i = spec_.RouteBegin(m); i < spec_.RouteEnd(m); ++i) {
-      int64_t link = spec_.route_links[i];
+    int64_t leader = spec_.Leader(m);
+    int64_t flow = message - m + leader;  // the leader's instance of the same batch
+    if (multicast_[leader]) {
+      auto done = multicast_done_.find(flow);
+      if (done != multicast_done_.end()) {  // sent already (only if injected out of step)
+        delivered->push_back({message, std::max(now, done->second) + latency_[m]});
+        return;
+      }
+      auto waiting = multicast_waiting_.find(flow);
+      if (waiting != multicast_waiting_.end()) {
+        waiting->second.push_back(message);
+        return;
+      }
+      multicast_waiting_[flow] = {message};
+    }
+    remaining_[flow] = spec_.message_bytes[m];
+    active_.push_back(flow);
+    for (int64_t link : flow_links_[leader]) {
       if (link_flows_[link].empty()) {
         link_since_[link] = now;
         active_links_.push_back(link);
       }
-      link_flows_[link].push_back(message);
+      link_flows_[link].push_back(flow);
     }
     rates_stale_ = true;
   }
@@ -79,7 +111,15 @@ class FlowNetwork : public NetworkModel {
       int64_t m = f % spec_.num_messages;
       if (remaining_[f] <= kDoneFraction * spec_.message_bytes[m]) {
         Release(f, t);
-        delivered->push_back({f, t + latency_[m]});
+        if (multicast_[m]) {
+          for (int64_t message : multicast_waiting_[f]) {
+            delivered->push_back({message, t + latency_[message % spec_.num_messages]});
+          }
+          multicast_waiting_.erase(f);
+          multicast_done_[f] = t;
+        } else {
+          delivered->push_back({f, t + latency_[m]});
+        }
       } else {
         active_[kept++] = f;
       }
@@ -98,9 +138,7 @@ class FlowNetwork : public NetworkModel {
 
  private:
   void Release(int64_t flow, double t) {
-    int64_t m = flow % spec_.num_messages;
-    for (int64_t i = spec_.RouteBegin(m); i < spec_.RouteEnd(m); ++i) {
-      int64_t link = spec_.route_links[i];
+    for (int64_t link : flow_links_[flow % spec_.num_messages]) {
       std::vector<int64_t>& flows = link_flows_[link];
       for (size_t k = 0; k < flows.size(); ++k) {
         if (flows[k] == flow) {
@@ -148,9 +186,7 @@ class FlowNetwork : public NetworkModel {
         frozen_[f] = true;
         rate_[f] = share;
         --unfrozen;
-        int64_t m = f % spec_.num_messages;
-        for (int64_t i = spec_.RouteBegin(m); i < spec_.RouteEnd(m); ++i) {
-          int64_t link = spec_.route_links[i];
+        for (int64_t link : flow_links_[f % spec_.num_messages]) {
           link_capacity_left_[link] -= share;
           --link_unfrozen_[link];
         }
@@ -160,6 +196,11 @@ class FlowNetwork : public NetworkModel {
 
   NetworkSpec spec_;
   std::vector<double> latency_;
+  std::vector<std::vector<int64_t>> flow_links_;  // [num_messages]; used for leaders only
+  std::vector<bool> multicast_;                   // [num_messages]: leads a multicast
+  // Multicast flows in flight -> their messages injected so far; sent ones -> their end.
+  std::unordered_map<int64_t, std::vector<int64_t>> multicast_waiting_;
+  std::unordered_map<int64_t, double> multicast_done_;
   double now_ = 0.0;
   bool rates_stale_ = false;
   std::vector<int64_t> active_;

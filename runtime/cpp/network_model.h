@@ -28,6 +28,14 @@ struct NetworkSpec {
   const double* message_bytes = nullptr;   // [num_messages]
   const int64_t* route_offsets = nullptr;  // [num_messages + 1], CSR offsets into route_links
   const int64_t* route_links = nullptr;    // link ids, in travel order
+  // [num_messages] or null (all unicast): the first message of the multicast a message belongs
+  // to (itself for a unicast). A multicast's messages leave the same task with the same bytes;
+  // models that replicate packets in the routers send them once over the union of their routes.
+  const int64_t* message_leader = nullptr;
+
+  int64_t Leader(int64_t message) const {
+    return message_leader == nullptr ? message : message_leader[message];
+  }
 
   int64_t RouteBegin(int64_t message) const { return route_offsets[message]; }
   int64_t RouteEnd(int64_t message) const { return route_offsets[message + 1]; }

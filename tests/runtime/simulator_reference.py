@@ -64,6 +64,17 @@ def _reference_timeline(problem: _Problem) -> _Timeline:
     links = problem.route_links.tolist()
     routes = [links[offsets[m] : offsets[m + 1]] for m in range(num_messages)]
     route_latency = [sum(problem.link_latency[route].tolist()) for route in routes]
+    # Flows: a unicast's route, or a multicast's union of routes under its leader's index
+    # (the analytical model times every message alone).
+    leaders = (problem.message_leader.tolist() if problem.network == "flow"
+               else list(range(num_messages)))
+    members: dict[int, list[int]] = {}
+    flow_links: dict[int, list[int]] = {}
+    for m in range(num_messages):
+        if routes[m]:
+            members.setdefault(leaders[m], []).append(m)
+            union = flow_links.setdefault(leaders[m], [])
+            union += [link for link in routes[m] if link not in union]
     incoming = [np.flatnonzero(problem.message_dst == t).tolist() for t in range(num_tasks)]
     outgoing = [np.flatnonzero(problem.message_src == t).tolist() for t in range(num_tasks)]
     sequences = [_cluster_sequence(problem, c) for c in range(problem.num_clusters)]
@@ -88,18 +99,21 @@ def _reference_timeline(problem: _Problem) -> _Timeline:
                     del running[cluster]
                     changed = True
                     for m in outgoing[task]:
-                        if routes[m]:
-                            remaining[batch, m] = nbytes[m]
-                            sent_at[batch, m] = now
-                        else:
+                        # A multicast is one flow, keyed by its leader, started by its first
+                        # message (they all leave this task now).
+                        if not routes[m]:
                             arrivals_due[batch, m] = now
-            for (batch, m), left in list(remaining.items()):
-                if left <= _DONE_FRACTION * nbytes[m]:
-                    del remaining[batch, m]
+                        elif (batch, leaders[m]) not in sent_at:
+                            remaining[batch, leaders[m]] = nbytes[m]
+                            sent_at[batch, leaders[m]] = now
+            for (batch, lead), left in list(remaining.items()):
+                if left <= _DONE_FRACTION * nbytes[lead]:
+                    del remaining[batch, lead]
                     changed = True
-                    for link in routes[m]:
-                        occupancy[link].append((sent_at[batch, m], now))
-                    arrivals_due[batch, m] = now + route_latency[m]
+                    for link in flow_links[lead]:
+                        occupancy[link].append((sent_at[batch, lead], now))
+                    for m in members[lead]:
+                        arrivals_due[batch, m] = now + route_latency[m]
             for (batch, m), due in list(arrivals_due.items()):
                 if due <= now:
                     del arrivals_due[batch, m]
@@ -116,7 +130,7 @@ def _reference_timeline(problem: _Problem) -> _Timeline:
                     position[cluster] += 1
                     changed = True
 
-        rates = rate_model([routes[m] for _, m in remaining], bandwidth)
+        rates = rate_model([flow_links[lead] for _, lead in remaining], bandwidth)
         finish = [now + left / rate for left, rate in zip(remaining.values(), rates, strict=True)]
         candidates = [end[b, t] for b, t in running.values()] + list(arrivals_due.values()) + finish
         if not candidates:

@@ -1,5 +1,7 @@
 """Tests of the C++ device timing simulator against closed forms and the Python reference."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tvm_ffi
@@ -66,6 +68,8 @@ def _random_case(seed: int) -> dict:
                 route=[int(link) for link in route],
             )
         )
+    if seed % 4 == 1:
+        messages = _with_multicasts(messages, np.random.default_rng(1000 + seed))
     return {
         "tasks": tasks,
         "messages": messages,
@@ -74,6 +78,20 @@ def _random_case(seed: int) -> dict:
         "num_clusters": num_clusters,
         "batches": int(rng.integers(1, 5)),
     }
+
+
+def _with_multicasts(messages: list[SimMessage], rng) -> list[SimMessage]:
+    """Messages leaving one task become multicasts (one id, the first one's bytes), some."""
+    grouped = []
+    for message in messages:
+        first = next((m for m in grouped if m.src_task == message.src_task), None)
+        if first is not None and rng.random() < 0.7:
+            group = first.multicast if first.multicast is not None else len(grouped)
+            grouped = [dataclasses.replace(m, multicast=group) if m is first else m
+                       for m in grouped]
+            message = dataclasses.replace(message, nbytes=first.nbytes, multicast=group)
+        grouped.append(message)
+    return grouped
 
 
 @BOTH_NETWORKS
@@ -111,6 +129,11 @@ def test_random_cases_include_contention_and_stalls():
         flow_slower += flow.total_cycles > analytical.total_cycles + 1e-6
     assert stalled >= 2
     assert flow_slower >= 5
+    multicasts = sum(
+        len({m.multicast for m in _random_case(seed)["messages"] if m.multicast is not None})
+        for seed in range(40)
+    )
+    assert multicasts >= 5
 
 
 def test_native_network_models_match_python_list():
@@ -195,6 +218,37 @@ def test_flow_model_gives_bandwidth_left_by_a_bottlenecked_flow_to_others(run):
     messages = [SimMessage(0, 2, 80, route=[0]), SimMessage(1, 2, 20, route=[0, 1])]
     result = run(tasks, messages, [10.0, 2.0], [0.0, 0.0], num_clusters=3, network="flow")
     np.testing.assert_allclose(result.message_arrival[0], [10.0, 10.0])
+
+
+def _broadcast_down_a_line(multicast):
+    """Task 0 on cluster 0 sends 100 B to clusters 1, 2 and 3 down the line 0 -> 1 -> 2 -> 3."""
+    tasks = [SimTask("send", 0, 10.0)] + [SimTask(f"get{c}", c, 1.0) for c in (1, 2, 3)]
+    messages = [SimMessage(0, c, 100, route=list(range(c)), multicast=multicast)
+                for c in (1, 2, 3)]
+    return {"tasks": tasks, "messages": messages, "link_bandwidth": [10.0] * 3,
+            "link_latency": [1.0] * 3, "num_clusters": 4}
+
+
+@BOTH_SIMULATORS
+def test_flow_model_sends_a_multicast_once_over_the_tree_of_its_routes(run):
+    unicast = run(**_broadcast_down_a_line(None), network="flow")
+    multicast = run(**_broadcast_down_a_line(7), network="flow")
+    # Unicast: three transfers share link 0 (30 cycles for the three), then two share link 1.
+    np.testing.assert_allclose(unicast.message_arrival[0], [10 + 30 + 1, 10 + 30 + 2,
+                                                            10 + 30 + 3])
+    np.testing.assert_array_equal(unicast.link_bytes, [300, 200, 100])
+    # Multicast: 100 B once over every link, each copy arriving its own route's latency later.
+    np.testing.assert_allclose(multicast.message_arrival[0], [10 + 10 + 1, 10 + 10 + 2,
+                                                              10 + 10 + 3])
+    np.testing.assert_array_equal(multicast.link_bytes, [100, 100, 100])
+    np.testing.assert_allclose(multicast.link_busy_cycles, [10.0] * 3)
+
+
+def test_flit_model_sends_every_copy_of_a_multicast():
+    unicast = simulate(**_broadcast_down_a_line(None), network="flit")
+    multicast = simulate(**_broadcast_down_a_line(7), network="flit")
+    np.testing.assert_array_equal(multicast.message_arrival, unicast.message_arrival)
+    np.testing.assert_array_equal(multicast.link_bytes, [300, 200, 100])
 
 
 @BOTH_SIMULATORS
@@ -291,6 +345,11 @@ _VALID = {
             r"dependency cycle: '(a|b)' -> '(a|b)' -> '\1'",
         ),
         ({"messages": [SimMessage(1, 1, 16)]}, r"dependency cycle: 'b' -> 'b'"),
+        (
+            {"messages": [SimMessage(0, 1, 16, route=[0], multicast=3),
+                          SimMessage(0, 1, 8, route=[0], multicast=3)]},
+            r"message 1 \(0 -> 1\) is in multicast 3 with message 0 \(0 -> 1\), but carries 8 B",
+        ),
     ],
 )
 def test_invalid_input_is_rejected_with_the_value(run, change, match):
@@ -316,6 +375,7 @@ def _native_arguments(**overrides) -> list:
         "message_bytes": floats(16.0),
         "route_offsets": ints(0, 1),
         "route_links": ints(0),
+        "message_leader": ints(0),
         "link_bandwidth": floats(8.0),
         "link_latency": floats(1.0),
         "batches": 1,
@@ -350,6 +410,7 @@ def test_native_core_fills_outputs_and_reports_finished_instances():
         ({"task_cluster": np.zeros((2, 1), dtype=np.int64)}, TypeError, "task_cluster"),
         ({"task_end": np.zeros((1, 3))}, ValueError, "task_end"),
         ({"network": "bogus"}, ValueError, "expected one of 'analytical' 'flow'"),
+        ({"message_leader": np.zeros(2, dtype=np.int64)}, ValueError, "message_leader"),
     ],
 )
 def test_native_core_checks_its_arguments(override, error, match):

@@ -419,3 +419,32 @@ def test_field_errors_from_a_file_name_the_file(tmp_path):
     path.write_text(text)
     with pytest.raises(SystemConfigError, match=re.escape(str(path)) + r": nop\.latency: found -1"):
         load_system(str(path))
+
+
+def test_multicast_is_a_link_kind_default_that_a_link_may_override():
+    plain = ChipletSystem.from_dict(grid_dict(clusters=2))
+    assert not any(link.multicast for link in plain.links)
+    system = ChipletSystem.from_dict(grid_dict(clusters=2, nop={"bandwidth": 16.0, "latency": 8.0,
+                                                                "multicast": True}))
+    assert {link.kind for link in system.links if link.multicast} == {"nop"}
+    assert all(link.multicast == (link.kind == "nop") for link in system.links)
+    data = explicit_dict()
+    data["nop"]["multicast"] = True
+    data["link"] = [{"src": "a", "dst": "b", "multicast": False}, {"src": "b", "dst": "a",
+                                                                   "bidirectional": False}]
+    links = ChipletSystem.from_dict(data).links
+    assert [(link.src, link.dst, link.multicast) for link in links] == [
+        (0, 1, False), (1, 0, False), (1, 0, True)]
+
+
+@pytest.mark.parametrize("where", ["nop", "link"])
+def test_multicast_must_be_a_boolean(where):
+    data = explicit_dict()
+    if where == "nop":
+        data["nop"]["multicast"] = "yes"
+        match = r"nop\.multicast.*true or false"
+    else:
+        data["link"] = [{"src": "a", "dst": "b", "multicast": 1}]
+        match = r"link\[0\]\.multicast.*true or false"
+    with pytest.raises(SystemConfigError, match=match):
+        ChipletSystem.from_dict(data)

@@ -153,3 +153,35 @@ def test_impossible_loans_are_refused_with_the_reason(loan, match):
     items = [WorkItem("a", 0, 2.0, 8.0, 2001), WorkItem("b", 2, 2.0, 8.0, 200)]
     with pytest.raises(ValueError, match=match):
         build_workload(items, lending_system(), sram_loans=[loan])
+
+
+def _fan_out(readers_bytes, multicast=True):
+    """Item 0 on the first of a 1x4 line writes 120 B; one reader per other cluster reads
+    ``readers_bytes[i]`` of it."""
+    system = mesh_system(1, 4, bandwidth=10.0, latency=1.0, multicast=multicast)
+    items = [WorkItem("a", 0, 2.0, 8.0, 0.0, output_bytes=120)]
+    items += [WorkItem(f"r{c}", c, 2.0, 8.0, 0.0, [(0, nbytes)])
+              for c, nbytes in enumerate(readers_bytes, start=1)]
+    return system, items
+
+
+def test_a_whole_output_read_on_several_clusters_is_one_multicast():
+    system, items = _fan_out([120, 120, 120])
+    tasks, messages, _, fetches = build_workload(items, system)
+    assert [m["multicast"] for m in messages] == [0, 0, 0]
+    sim = simulate_workload(tasks, messages, system, network="flow", fetches=fetches)
+    # 120 B cross every link of the line once: 12 cycles, not 36 on the first link.
+    assert sorted(sim.link_bytes[sim.link_bytes > 0]) == [120, 120, 120]
+    unicast_system, _ = _fan_out([120, 120, 120], multicast=False)
+    tasks, unicast, _, fetches = build_workload(items, unicast_system)
+    assert [m["multicast"] for m in unicast] == [None, None, None]
+    slow = simulate_workload(tasks, unicast, unicast_system, network="flow", fetches=fetches)
+    assert sorted(slow.link_bytes[slow.link_bytes > 0]) == [120, 240, 360]
+    assert sim.total_cycles < slow.total_cycles - 20
+
+
+def test_parts_of_an_output_and_lone_readers_stay_unicast():
+    # Readers of 60 B read different halves: not the same value, so no multicast.
+    system, items = _fan_out([60, 60, 120])
+    _, messages, _, _ = build_workload(items, system)
+    assert [m["multicast"] for m in messages] == [None, None, None]
