@@ -6,7 +6,7 @@ import contextlib
 import os
 import re
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import onnx
 import tvm
@@ -15,6 +15,7 @@ from tvm import relax
 from tvm.relax.frontend.onnx import from_onnx, onnx_frontend
 
 from tvm_chiplet.runtime.artifact import InputSpec
+from tvm_chiplet.tools.onnx_folding import fold_shapes
 
 
 @tvm_ffi.register_error
@@ -22,21 +23,32 @@ class ModelLoadError(ValueError):
     """The model cannot be loaded; the message names the file, node or input and the remedy."""
 
 
+_INPUT_SHAPE = re.compile(
+    r"""\s*(?:"([^"]+)"|'([^']+)'|([^\s,'"][^\s'"]*?))\s*:\s*\[([^\]]*)\]\s*,?"""
+)
+
+
 def parse_input_shapes(text: str | None) -> dict[str, list[int]]:
-    """Parse tvmc-style ``"x:[1,3,224,224] mask:[1,128]"`` (space or comma between inputs)."""
+    """Parse tvmc-style ``"x:[1,3,224,224] mask:[1,128]"`` (space or comma between inputs).
+
+    A name is everything before the ``:[`` of its shape, so names may contain ``:`` (tf2onnx's
+    ``serving_default_input_2:0:[1,224,224,3]``); quote a name that contains spaces, commas or
+    ``:[`` with ``"`` or ``'`` (``'my input':[1,10]``).
+    """
     if not text:
         return {}
     shapes: dict[str, list[int]] = {}
-    pattern = re.compile(r"\s*([^:\s,]+)\s*:\s*\[([^\]]*)\]\s*,?")
     pos = 0
     while pos < len(text.strip()):
-        match = pattern.match(text, pos)
+        match = _INPUT_SHAPE.match(text, pos)
         if not match:
             raise ModelLoadError(
                 f"cannot parse --input-shapes {text!r} at {text[pos:]!r}; "
-                'expected e.g. "x:[1,3,224,224] y:[1,10]"'
+                'expected e.g. "x:[1,3,224,224] y:[1,10]" (quote names with spaces: '
+                "\"'my input':[1,10]\")"
             )
-        name, dims = match.group(1), match.group(2)
+        name = next(group for group in match.group(1, 2, 3) if group is not None)
+        dims = match.group(4)
         try:
             shapes[name] = [int(d) for d in dims.split(",") if d.strip()]
         except ValueError:
@@ -75,9 +87,16 @@ def _graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
 
 
 def onnx_to_relax(
-    model: onnx.ModelProto, input_shapes: dict[str, list[int]] | None = None, source: str = "model"
+    model: onnx.ModelProto, input_shapes: dict[str, list[int]] | None = None, source: str = "model",
+    fold: bool = True, report: Callable[[str], None] | None = None,
 ) -> tvm.IRModule:
-    """Import an ONNX model into Relax, naming unsupported operators and their nodes."""
+    """Import an ONNX model into Relax, naming unsupported operators and their nodes.
+
+    With ``fold`` (the default), the graph's shape computations are folded first for the static
+    input shapes (:func:`~tvm_chiplet.tools.onnx_folding.fold_shapes`); when folding fails, or
+    the folded graph does not import but the graph as written does, the graph as written is
+    imported. ``report`` receives a line saying what was folded, or why nothing was.
+    """
     input_shapes = dict(input_shapes or {})
     names = [i.name for i in _graph_inputs(model)]
     unknown = sorted(set(input_shapes) - set(names))
@@ -85,6 +104,29 @@ def onnx_to_relax(
         raise ModelLoadError(
             f"--input-shapes names {unknown} but {source} has inputs {names}"
         )
+    if not fold:
+        return _import(model, input_shapes, source)
+    folded, folding = fold_shapes(model, input_shapes)
+    if report and (folding.changed or folding.error):
+        report(folding.summary())
+    try:
+        return _import(folded, input_shapes, source)
+    except ModelLoadError:
+        if folded is model:
+            raise
+        try:
+            mod = _import(model, input_shapes, source)
+        except ModelLoadError:
+            pass
+        else:
+            if report:
+                report("the folded graph did not import; imported the graph as written")
+            return mod
+        raise
+
+
+def _import(model: onnx.ModelProto, input_shapes: dict[str, list[int]],
+            source: str) -> tvm.IRModule:
     try:
         with warnings.catch_warnings(), _clip_as_relax_ops():
             warnings.simplefilter("ignore")
@@ -169,14 +211,31 @@ def _clip_as_relax_ops() -> Iterator[None]:
 def load_model(
     model: str | os.PathLike | onnx.ModelProto | tvm.IRModule,
     input_shapes: dict[str, list[int]] | None = None,
+    report: Callable[[str], None] | None = None,
 ) -> tvm.IRModule:
-    """Load an ONNX file / proto or pass a Relax IRModule through, as an IRModule with ``main``."""
+    """Load an ONNX file / proto or pass a Relax IRModule through, as an IRModule with ``main``.
+
+    ``report`` receives what the ONNX import did to the graph (:func:`onnx_to_relax`)."""
     if isinstance(model, tvm.IRModule):
         if "main" not in [gv.name_hint for gv in model.get_global_vars()]:
             raise ModelLoadError("the IRModule has no 'main' function to compile")
         return model
     source = repr(os.fspath(model)) if not isinstance(model, onnx.ModelProto) else "the model"
-    return onnx_to_relax(load_onnx(model), input_shapes, source)
+    return onnx_to_relax(load_onnx(model), input_shapes, source, report=report)
+
+
+def describe_inputs(model: str | os.PathLike | onnx.ModelProto) -> list[tuple[str, str, list]]:
+    """``(name, dtype, dims)`` of each input of an ONNX model, as ``--input-shapes`` takes them:
+    a dim is an int, the name of a symbolic dim, or ``"?"`` when the model leaves it open."""
+    described = []
+    for value in _graph_inputs(load_onnx(model)):
+        tensor = value.type.tensor_type
+        dtype = (onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type).name
+                 if tensor.elem_type else "?")
+        dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+                for d in tensor.shape.dim]
+        described.append((value.name, dtype, dims))
+    return described
 
 
 def input_specs(mod: tvm.IRModule) -> list[InputSpec]:

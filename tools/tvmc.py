@@ -33,8 +33,17 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from tvm_chiplet.build import build
     from tvm_chiplet.runtime.profile import bytes_label, energy_label, energy_parts
     from tvm_chiplet.targets.target import parse_target
-    from tvm_chiplet.tools.frontends import parse_input_shapes
+    from tvm_chiplet.tools.frontends import describe_inputs, parse_input_shapes
 
+    if args.print_inputs:
+        for name, dtype, dims in describe_inputs(args.model):
+            open_dims = [d for d in dims if not isinstance(d, int)]
+            hint = f"  (give {', '.join(map(str, open_dims))} with --input-shapes)" \
+                if open_dims else ""
+            print(f"{name}  {dtype}  [{','.join(map(str, dims))}]{hint}")
+        return 0
+    if not args.target:
+        raise ValueError("--target is required to compile (e.g. --target chiplet/mesh-4x4)")
     target = parse_target(args.target, _target_options(args))
     module = build(
         args.model, target=target, input_shapes=parse_input_shapes(args.input_shapes),
@@ -256,8 +265,9 @@ def make_parser() -> argparse.ArgumentParser:
 
     comp = sub.add_parser("compile", help="compile a model into a chiplet artifact (.tar)")
     comp.add_argument("model", help="ONNX model file")
-    comp.add_argument("--target", required=True,
-                      help='"chiplet/<preset>" or "chiplet -config=my.toml"')
+    comp.add_argument("--target", help='"chiplet/<preset>" or "chiplet -config=my.toml"')
+    comp.add_argument("--print-inputs", action="store_true",
+                      help="list the model's inputs (name, dtype, dims) and exit")
     comp.add_argument("--target-chiplet-strategy", help="placement strategy (default pipeline)")
     comp.add_argument("--target-chiplet-config", help="chiplet system TOML file")
     comp.add_argument("--device-dtype", choices=DEVICE_DTYPES,
@@ -265,7 +275,9 @@ def make_parser() -> argparse.ArgumentParser:
                            "(default the system's); host numerics stay as compiled")
     comp.add_argument("--objective", choices=OBJECTIVES,
                       help="what --target-chiplet-strategy auto keeps (default time)")
-    comp.add_argument("--input-shapes", help='e.g. "x:[1,3,224,224]"')
+    comp.add_argument("--input-shapes",
+                      help="e.g. \"x:[1,3,224,224] mask:[1,128]\"; names may contain ':'; "
+                           "quote names with spaces or commas: \"'my input':[1,10]\"")
     comp.add_argument("--pipeline", default="chiplet-default", help="named pass pipeline")
     comp.add_argument("-o", "--output", default="module.tar", help="artifact path")
     comp.set_defaults(func=cmd_compile)

@@ -235,7 +235,14 @@ def build(
             )
         strategy = AutoPlanner(objective=chiplet_target.options["objective"])
     started = time.perf_counter()
-    mod = load_model(model, input_shapes)
+    import_notes: list[str] = []
+
+    def noted(line: str) -> None:
+        import_notes.append(line)
+        if progress:
+            progress(line)
+
+    mod = load_model(model, input_shapes, report=noted)
     specs = input_specs(mod)
     passes = get_pipeline(
         pipeline,
@@ -270,6 +277,7 @@ def build(
         plan["placement"] = placement
     plan["device_dtype"] = chiplet_target.system.device_dtype
     plan["host_dtypes"] = host_dtypes(mod)
+    plan["import_notes"] = import_notes
     model_graph = None
     if placement.get("notes", {}).get("splits"):
         # The parts of split ops are no ops of the model: bound the model's own op graph.

@@ -1,4 +1,5 @@
-"""Model loading: ONNX Clip comes in as Relax ops, so that passes can re-shape it."""
+"""Model loading: ONNX Clip comes in as Relax ops, so that passes can re-shape it; shape
+subgraphs are folded for static input shapes; any input name can be given a shape."""
 
 import numpy as np
 import onnx
@@ -8,7 +9,9 @@ import tvm
 from onnx import TensorProto, helper
 from tvm.relax.frontend.onnx import from_onnx
 
-from tvm_chiplet.tools.frontends import load_model
+import tvm_chiplet
+from tvm_chiplet.tools.frontends import ModelLoadError, load_model, parse_input_shapes
+from tvm_chiplet.tools.tvmc import main
 
 
 def clip_model(low: float, high: float) -> onnx.ModelProto:
@@ -36,3 +39,85 @@ def test_clip_imports_as_relax_ops_and_matches_onnxruntime(low, high):
 def test_tvms_own_importer_is_left_as_it_was():
     load_model(clip_model(0.0, 6.0))
     assert "call_tir" in from_onnx(clip_model(0.0, 6.0))["main"].script()
+
+
+def shape_computing_model() -> onnx.ModelProto:
+    """``y = x[:, :C/2] * (x + 1)[:, :C/2]`` with C and the ones computed from ``Shape(x)``, as
+    exporters write it: TVM's importer alone leaves the width symbolic (data-dependent)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "one"], ["c"], axis=0),
+        helper.make_node("Cast", ["c"], ["cf"], to=TensorProto.FLOAT),
+        helper.make_node("Div", ["cf", "two"], ["h"]),
+        helper.make_node("Cast", ["h"], ["hi"], to=TensorProto.INT64),
+        helper.make_node("Range", ["zero", "hi", "one"], ["idx"]),
+        helper.make_node("Gather", ["x", "idx"], ["g"], axis=1),
+        helper.make_node("ConstantOfShape", ["s"], ["ones"],
+                         value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0])),
+        helper.make_node("Add", ["x", "ones"], ["xa"]),
+        helper.make_node("Gather", ["xa", "idx"], ["g2"], axis=1),
+        helper.make_node("Mul", ["g", "g2"], ["y"]),
+    ]
+    constants = [helper.make_tensor("one", TensorProto.INT64, [], [1]),
+                 helper.make_tensor("two", TensorProto.FLOAT, [], [2.0]),
+                 helper.make_tensor("zero", TensorProto.INT64, [], [0])]
+    graph = helper.make_graph(nodes, "shapes", [x], [y], initializer=constants)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_shape_subgraphs_fold_to_static_shapes_and_match_onnxruntime():
+    model = shape_computing_model()
+    raw = from_onnx(model, shape_dict={"x": [2, 8]})["main"].script()
+    assert "range_len" in raw  # TVM alone leaves the width data-dependent
+    notes = []
+    mod = load_model(model, {"x": [2, 8]}, report=notes.append)
+    assert str(mod["main"].ret_ty.shape) == "R.shape([2, 4])"
+    assert notes[0].startswith("shape folding: 11 -> 5 nodes") and "Range x1" in notes[0]
+    assert "removed" in notes[0]
+    lib = tvm_chiplet.build(model, target="chiplet/cluster-4", input_shapes={"x": [2, 8]})
+    assert lib.plan["import_notes"] == notes
+    x = np.arange(16, dtype="float32").reshape(2, 8)
+    expected = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    np.testing.assert_allclose(lib.run({"x": x}).outputs[0], expected, rtol=1e-6)
+
+
+def test_a_graph_the_optimizer_cannot_fold_is_imported_as_written(monkeypatch):
+    import onnxscript.optimizer
+
+    def fail(_model, **_options):
+        raise RuntimeError("cannot fold this\nsecond line")
+
+    monkeypatch.setattr(onnxscript.optimizer, "fold_constants", fail)
+    notes = []
+    mod = load_model(clip_model(0.0, 6.0), report=notes.append)
+    assert notes == ["shape folding failed (cannot fold this); importing the graph as written"]
+    assert "R.maximum" in mod["main"].script()
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("x:[1,3,224,224] mask:[1,128]", {"x": [1, 3, 224, 224], "mask": [1, 128]}),
+    ("x:[1,3],y:[2]", {"x": [1, 3], "y": [2]}),
+    ("serving_default_input_2:0:[1,224,224,3]", {"serving_default_input_2:0": [1, 224, 224, 3]}),
+    ("\"my input\":[1,10] 'a,b':[3]", {"my input": [1, 10], "a,b": [3]}),
+])
+def test_input_shapes_take_any_onnx_input_name(text, expected):
+    assert parse_input_shapes(text) == expected
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    ("x:[1,a]", r"input shape for 'x' must be integers"),
+    ("x[1]", r"cannot parse --input-shapes 'x\[1\]'.*quote names"),
+    ("x:[0,2]", r"must be positive"),
+])
+def test_bad_input_shapes_say_what_to_write(text, match):
+    with pytest.raises(ModelLoadError, match=match):
+        parse_input_shapes(text)
+
+
+def test_tvmc_print_inputs_lists_names_dtypes_and_open_dims(tmp_path, capsys):
+    path = tmp_path / "shapes.onnx"
+    onnx.save(shape_computing_model(), path)
+    assert main(["compile", "--print-inputs", str(path)]) == 0
+    assert capsys.readouterr().out == "x  float32  [N,8]  (give N with --input-shapes)\n"
