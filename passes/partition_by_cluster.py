@@ -7,7 +7,7 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from tvm_chiplet.passes.analysis.extract_op_graph import AnalysisError, main_bindings
-from tvm_chiplet.passes.attrs import ATTR_CLUSTER, ATTR_SEGMENT, call_placement
+from tvm_chiplet.passes.attrs import ATTR_CLUSTER, ATTR_PLACEMENT, ATTR_SEGMENT, call_placement
 
 
 @mutator
@@ -49,7 +49,11 @@ class PartitionByCluster:
     earlier segments' results, in definition order); it returns a tuple of the values that later
     segments or ``main``'s result read. ``main`` then calls the segments in order and unpacks
     their tuples, so it computes exactly what it computed before. Constants (weights) stay inside
-    the segment that uses them. A module without placement attributes is returned unchanged.
+    the segment that uses them. A constant or shape that ``main`` returns is bound to a variable
+    first, so a segment produces it like any other result. A module without placement
+    attributes is returned unchanged; a planned module (it has the ``chiplet.placement``
+    attribute) without placed calls, i.e. a model without compute ops (only constants, shapes
+    and plumbing), becomes one segment on cluster 0 that runs no device task.
 
     Parameters
     ----------
@@ -68,10 +72,14 @@ class PartitionByCluster:
         self.prefix = prefix
 
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        planned = mod.attrs is not None and ATTR_PLACEMENT in mod.attrs
+        original, mod = mod, _bind_returned_values(mod)
         bindings = main_bindings(mod)
         clusters = binding_clusters(bindings)
         if clusters is None:
-            return mod
+            if not planned or not bindings:
+                return original
+            clusters = [0] * len(bindings)
         taken = {gv.name_hint for gv in mod.get_global_vars()}
         runs: list[tuple[int, int]] = []
         for i, cluster in enumerate(clusters):
@@ -87,6 +95,30 @@ class PartitionByCluster:
                 "PartitionByCluster(prefix=...)"
             )
         return _Partitioner(mod, bindings, clusters, runs, names).run()
+
+
+def _bind_returned_values(mod: tvm.IRModule) -> tvm.IRModule:
+    """``mod`` with every field of ``main``'s result that is not a variable (a constant, a shape,
+    a nested tuple) bound to a variable in a dataflow block of its own."""
+    main = mod["main"]
+    result = main.body.body
+    fields = list(result.fields) if isinstance(result, relax.Tuple) else [result]
+    bindings, bound = [], []
+    for field in fields:
+        if isinstance(field, relax.Var):
+            bound.append(field)
+            continue
+        var = relax.Var(f"out{len(bindings)}", field.ty)
+        bindings.append(relax.VarBinding(var, field))
+        bound.append(var)
+    if not bindings:
+        return mod
+    result = relax.Tuple(bound) if isinstance(result, relax.Tuple) else bound[0]
+    body = relax.SeqExpr([*main.body.blocks, relax.DataflowBlock(bindings)], result)
+    out = mod.clone()
+    out.update_func(mod.get_global_var("main"),
+                    relax.Function(main.params, body, main.ret_ty, main.is_pure, main.attrs))
+    return out
 
 
 class _Partitioner:
