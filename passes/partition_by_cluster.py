@@ -49,7 +49,10 @@ class PartitionByCluster:
     earlier segments' results, in definition order); it returns a tuple of the values that later
     segments or ``main``'s result read. ``main`` then calls the segments in order and unpacks
     their tuples, so it computes exactly what it computed before. Constants (weights) stay inside
-    the segment that uses them. A constant or shape that ``main`` returns is bound to a variable
+    the segment that uses them. A data-dependent tail of ``main`` (a ``match_cast`` and what
+    follows, which no placement covers) has no annotations, so it stays with the last planned
+    binding, in one segment whose results have the shapes erased to their rank outside it. A
+    constant or shape that ``main`` returns is bound to a variable
     first, so a segment produces it like any other result. A module without placement
     attributes is returned unchanged; a planned module (it has the ``chiplet.placement``
     attribute) without placed calls, i.e. a model without compute ops (only constants, shapes
@@ -144,7 +147,10 @@ class _Partitioner:
         segment_io = []
         for k, (lo, hi) in enumerate(self.runs):
             inside = {b.var for b in self.bindings[lo:hi]}
-            reads = {v for used in uses[lo:hi] for v in used if v not in inside}
+            # A variable no binding defines stands for a symbolic shape (FuseTIR passes
+            # data-dependent sizes on that way): the segment defining the shape has it.
+            reads = {v for used in uses[lo:hi] for v in used
+                     if v not in inside and v in def_index}
             later = {v for used in uses[hi:] for v in used} | result_vars
             writes = inside & later
             inputs = sorted(reads, key=def_index.__getitem__)
@@ -166,10 +172,15 @@ class _Partitioner:
             with builder.dataflow():
                 for binding in self.bindings[lo:hi]:
                     value = _Rename(mapping).visit_expr(binding.value)
-                    if binding.var in output_set:
-                        new_var = builder.emit_output(value, name_hint=binding.var.name)
+                    name = binding.var.name
+                    if isinstance(binding, relax.MatchCast):
+                        new_var = builder.match_cast(value, binding.ty, name_hint=name)
+                        if binding.var in output_set:
+                            new_var = builder.emit_output(new_var, name_hint=name)
+                    elif binding.var in output_set:
+                        new_var = builder.emit_output(value, name_hint=name)
                     else:
-                        new_var = builder.emit(value, name_hint=binding.var.name)
+                        new_var = builder.emit(value, name_hint=name)
                     mapping[binding.var] = new_var
             builder.emit_func_output(relax.Tuple([mapping[v] for v in outputs]))
         return builder.get().get_global_var(self.names[k])
@@ -187,7 +198,8 @@ class _Partitioner:
             for index, var in enumerate(outputs):
                 item = builder.normalize(relax.TupleGetItem(tuple_var, index))
                 var_cls = relax.Var if var in result_vars else relax.DataflowVar
-                new_var = var_cls(var.name, var.ty)
+                # item.ty, not var.ty: a data-dependent shape is only defined inside its segment
+                new_var = var_cls(var.name, item.ty)
                 new_bindings.append(relax.VarBinding(new_var, item))
                 mapping[var] = new_var
         body_result = _Rename(mapping).visit_expr(main.body.body)

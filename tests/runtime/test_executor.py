@@ -96,3 +96,37 @@ def test_constant_result_next_to_a_computed_one():
     outputs, expected = run_both(model, inputs)
     for out, ref in zip(outputs, expected, strict=True):
         np.testing.assert_array_equal(out, ref)
+
+
+def test_data_dependent_tail_runs_on_the_cluster_of_the_last_planned_op():
+    weight = helper.make_tensor("w", TensorProto.FLOAT, [4, 4],
+                                np.linspace(-1, 1, 16, dtype="float32").ravel())
+    model = make_model(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+         helper.make_node("NonZero", ["r"], ["nz"]),
+         helper.make_node("Transpose", ["nz"], ["y"], perm=[1, 0])],
+        [tensor("x", TensorProto.FLOAT, [3, 4])],
+        [tensor("y", TensorProto.INT64, ["n", 2])],
+        [weight],
+    )
+    inputs = {"x": np.linspace(-2, 2, 12, dtype="float32").reshape(3, 4)}
+    module = tvm_chiplet.build(model, target="chiplet/cluster-4")
+    plan = module.plan
+    planned = [task for task in plan["tasks"] if task["copy"] == 0]
+    assert plan["data_dependent_ops"] and planned
+    assert plan["segments"][-1]["cluster"] == planned[-1]["cluster"]
+    expected = ort.InferenceSession(model.SerializeToString()).run(None, inputs)
+    np.testing.assert_array_equal(module.run(inputs).outputs[0], expected[0])
+
+
+def test_slice_by_input_values_matches_onnxruntime():
+    model = make_model(
+        [helper.make_node("Slice", ["x", "starts", "ends"], ["y"])],
+        [tensor("x", TensorProto.FLOAT, [6, 5]), tensor("starts", TensorProto.INT64, [2]),
+         tensor("ends", TensorProto.INT64, [2])],
+        [tensor("y", TensorProto.FLOAT, [None, None])],
+    )
+    inputs = {"x": np.arange(30, dtype="float32").reshape(6, 5),
+              "starts": np.array([1, 0], "int64"), "ends": np.array([4, 3], "int64")}
+    outputs, expected = run_both(model, inputs)
+    np.testing.assert_array_equal(outputs[0], expected[0])
