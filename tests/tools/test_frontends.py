@@ -36,3 +36,19 @@ def test_clip_imports_as_relax_ops_and_matches_onnxruntime(low, high):
 def test_tvms_own_importer_is_left_as_it_was():
     load_model(clip_model(0.0, 6.0))
     assert "call_tir" in from_onnx(clip_model(0.0, 6.0))["main"].script()
+
+
+@pytest.mark.filterwarnings("ignore:Input maybe has unknown rank")
+def test_optional_input_gets_the_dtype_the_model_declares():
+    element = helper.make_tensor_type_proto(TensorProto.FLOAT, [4])
+    optional = helper.make_value_info("maybe", helper.make_optional_type_proto(element))
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])
+    graph = helper.make_graph([helper.make_node("OptionalGetElement", ["maybe"], ["y"])],
+                              "optional", [optional], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    assert from_onnx(model)["main"].params[0].ty.dtype is None
+    mod = load_model(model)
+    assert str(mod["main"].params[0].ty.dtype) == "float32"
+    x = np.arange(4, dtype="float32")
+    vm = tvm.relax.VirtualMachine(tvm.compile(mod, "llvm"), tvm.cpu())
+    np.testing.assert_array_equal(vm["main"](tvm.runtime.tensor(x)).numpy(), x)
