@@ -7,7 +7,7 @@ import json
 import tvm
 from tvm import relax
 
-from tvm_chiplet.passes.analysis.extract_op_graph import main_bindings
+from tvm_chiplet.passes.analysis.extract_op_graph import main_bindings, planned_bindings
 from tvm_chiplet.passes.attrs import (
     ATTR_CLUSTER,
     ATTR_OP_ID,
@@ -25,8 +25,9 @@ class AnnotatePlacement:
     Each ``call_tir`` binding ``i`` of ``main`` gets the attributes ``chiplet.cluster``,
     ``chiplet.stage`` and ``chiplet.op_id`` (= ``i``); the module gets ``chiplet.placement``, the
     strategy, its objective and its notes (e.g. an ILP's gap) as JSON. Tuple plumbing is left as
-    it is and goes with its neighbours when partitioned. The pass decides nothing; the planner
-    did.
+    it is and goes with its neighbours when partitioned, and so is a data-dependent tail of
+    ``main``, which no placement covers (:func:`~.analysis.extract_op_graph.planned_bindings`).
+    The pass decides nothing; the planner did.
 
     Parameters
     ----------
@@ -48,13 +49,15 @@ class AnnotatePlacement:
 
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         bindings = main_bindings(mod)
-        if len(bindings) != len(self.placement.op_cluster):
+        planned = len(planned_bindings(mod))
+        if planned != len(self.placement.op_cluster):
+            tail = " before its data-dependent tail" if planned < len(bindings) else ""
             raise PlanningError(
                 f"placement covers {len(self.placement.op_cluster)} ops but 'main' has "
-                f"{len(bindings)} bindings; plan the module you annotate (after ReduceGraph)"
+                f"{planned} bindings{tail}; plan the module you annotate (after ReduceGraph)"
             )
         new_bindings = []
-        for op_id, binding in enumerate(bindings):
+        for op_id, binding in enumerate(bindings[:planned]):
             value = binding.value
             if isinstance(value, relax.Call) and value.op.same_as(CALL_TIR):
                 attrs = {
@@ -67,6 +70,7 @@ class AnnotatePlacement:
                 )
                 binding = relax.VarBinding(binding.var, value)
             new_bindings.append(binding)
+        new_bindings += bindings[planned:]
         main = mod["main"]
         blocks, start = [], 0
         for block in main.body.blocks:

@@ -7,7 +7,7 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from tvm_chiplet.passes.analysis.extract_op_graph import AnalysisError, main_bindings
-from tvm_chiplet.passes.attrs import ATTR_CLUSTER, ATTR_SEGMENT, call_placement
+from tvm_chiplet.passes.attrs import ATTR_CLUSTER, ATTR_PLACEMENT, ATTR_SEGMENT, call_placement
 
 
 @mutator
@@ -49,7 +49,14 @@ class PartitionByCluster:
     earlier segments' results, in definition order); it returns a tuple of the values that later
     segments or ``main``'s result read. ``main`` then calls the segments in order and unpacks
     their tuples, so it computes exactly what it computed before. Constants (weights) stay inside
-    the segment that uses them. A module without placement attributes is returned unchanged.
+    the segment that uses them. A data-dependent tail of ``main`` (a ``match_cast`` and what
+    follows, which no placement covers) has no annotations, so it stays with the last planned
+    binding, in one segment whose results have the shapes erased to their rank outside it. A
+    constant or shape that ``main`` returns is bound to a variable
+    first, so a segment produces it like any other result. A module without placement
+    attributes is returned unchanged; a planned module (it has the ``chiplet.placement``
+    attribute) without placed calls, i.e. a model without compute ops (only constants, shapes
+    and plumbing), becomes one segment on cluster 0 that runs no device task.
 
     Parameters
     ----------
@@ -68,10 +75,14 @@ class PartitionByCluster:
         self.prefix = prefix
 
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        planned = mod.attrs is not None and ATTR_PLACEMENT in mod.attrs
+        original, mod = mod, _bind_returned_values(mod)
         bindings = main_bindings(mod)
         clusters = binding_clusters(bindings)
         if clusters is None:
-            return mod
+            if not planned or not bindings:
+                return original
+            clusters = [0] * len(bindings)
         taken = {gv.name_hint for gv in mod.get_global_vars()}
         runs: list[tuple[int, int]] = []
         for i, cluster in enumerate(clusters):
@@ -87,6 +98,30 @@ class PartitionByCluster:
                 "PartitionByCluster(prefix=...)"
             )
         return _Partitioner(mod, bindings, clusters, runs, names).run()
+
+
+def _bind_returned_values(mod: tvm.IRModule) -> tvm.IRModule:
+    """``mod`` with every field of ``main``'s result that is not a variable (a constant, a shape,
+    a nested tuple) bound to a variable in a dataflow block of its own."""
+    main = mod["main"]
+    result = main.body.body
+    fields = list(result.fields) if isinstance(result, relax.Tuple) else [result]
+    bindings, bound = [], []
+    for field in fields:
+        if isinstance(field, relax.Var):
+            bound.append(field)
+            continue
+        var = relax.Var(f"out{len(bindings)}", field.ty)
+        bindings.append(relax.VarBinding(var, field))
+        bound.append(var)
+    if not bindings:
+        return mod
+    result = relax.Tuple(bound) if isinstance(result, relax.Tuple) else bound[0]
+    body = relax.SeqExpr([*main.body.blocks, relax.DataflowBlock(bindings)], result)
+    out = mod.clone()
+    out.update_func(mod.get_global_var("main"),
+                    relax.Function(main.params, body, main.ret_ty, main.is_pure, main.attrs))
+    return out
 
 
 class _Partitioner:
@@ -112,7 +147,10 @@ class _Partitioner:
         segment_io = []
         for k, (lo, hi) in enumerate(self.runs):
             inside = {b.var for b in self.bindings[lo:hi]}
-            reads = {v for used in uses[lo:hi] for v in used if v not in inside}
+            # A variable no binding defines stands for a symbolic shape (FuseTIR passes
+            # data-dependent sizes on that way): the segment defining the shape has it.
+            reads = {v for used in uses[lo:hi] for v in used
+                     if v not in inside and v in def_index}
             later = {v for used in uses[hi:] for v in used} | result_vars
             writes = inside & later
             inputs = sorted(reads, key=def_index.__getitem__)
@@ -134,10 +172,15 @@ class _Partitioner:
             with builder.dataflow():
                 for binding in self.bindings[lo:hi]:
                     value = _Rename(mapping).visit_expr(binding.value)
-                    if binding.var in output_set:
-                        new_var = builder.emit_output(value, name_hint=binding.var.name)
+                    name = binding.var.name
+                    if isinstance(binding, relax.MatchCast):
+                        new_var = builder.match_cast(value, binding.ty, name_hint=name)
+                        if binding.var in output_set:
+                            new_var = builder.emit_output(new_var, name_hint=name)
+                    elif binding.var in output_set:
+                        new_var = builder.emit_output(value, name_hint=name)
                     else:
-                        new_var = builder.emit(value, name_hint=binding.var.name)
+                        new_var = builder.emit(value, name_hint=name)
                     mapping[binding.var] = new_var
             builder.emit_func_output(relax.Tuple([mapping[v] for v in outputs]))
         return builder.get().get_global_var(self.names[k])
@@ -155,7 +198,8 @@ class _Partitioner:
             for index, var in enumerate(outputs):
                 item = builder.normalize(relax.TupleGetItem(tuple_var, index))
                 var_cls = relax.Var if var in result_vars else relax.DataflowVar
-                new_var = var_cls(var.name, var.ty)
+                # item.ty, not var.ty: a data-dependent shape is only defined inside its segment
+                new_var = var_cls(var.name, item.ty)
                 new_bindings.append(relax.VarBinding(new_var, item))
                 mapping[var] = new_var
         body_result = _Rename(mapping).visit_expr(main.body.body)

@@ -34,6 +34,9 @@ class SegmentRun:
 class ExecutionResult:
     """Outputs of one run plus what the host measured.
 
+    ``outputs``: one per output of ``main``, that is one per field of its result when that is a
+    tuple, else the result alone; tensors as numpy arrays, shapes as int64 arrays, tuples (e.g.
+    an ONNX sequence) as lists of those.
     ``segments``: host wall time of every segment call; ``transfers``: every value that crossed
     clusters (bytes, route, source and destination segments); ``cluster_seconds``: host busy
     time per cluster; ``wall_seconds``: the whole run.
@@ -74,8 +77,19 @@ def check_inputs(specs, inputs: Mapping[str, np.ndarray] | list) -> list[np.ndar
             raise InputError(
                 f"input {spec.name!r}: expected dtype {spec.dtype}, given {value.dtype}"
             )
-        ordered.append(np.ascontiguousarray(value))
+        ordered.append(np.asarray(value, order="C"))  # ascontiguousarray makes 0-d 1-d
     return ordered
+
+
+def _as_numpy(value):
+    """A VM value as numpy: a tensor as an array, a shape as an int64 array, a tuple as a list."""
+    if isinstance(value, tvm.runtime.Tensor):
+        return value.numpy()
+    if isinstance(value, tvm_ffi.Shape):
+        return np.array(list(value), dtype="int64")
+    if isinstance(value, tvm_ffi.Array | list | tuple):
+        return [_as_numpy(item) for item in value]
+    return np.asarray(value)
 
 
 class Executor:
@@ -148,9 +162,11 @@ class Executor:
         if errors:
             raise errors[0]
         outputs = [
-            args[src[1]].numpy() if src[0] == "input" else results[src[1]][src[2]].numpy()
+            _as_numpy(args[src[1]] if src[0] == "input" else results[src[1]][src[2]])
             for src in self.plan["outputs"]
         ]
+        if len(outputs) == 1 and isinstance(outputs[0], list):
+            outputs = outputs[0]  # main returns a tuple variable: its fields are the outputs
         cluster_seconds: dict[int, float] = {}
         for run in runs:
             cluster_seconds[run.cluster] = cluster_seconds.get(run.cluster, 0.0) + (

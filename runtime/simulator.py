@@ -213,7 +213,8 @@ def simulate(
     Parameters
     ----------
     tasks : Sequence[SimTask]
-        The tasks; each cluster runs its tasks in list order (at least one task).
+        The tasks; each cluster runs its tasks in list order. Without tasks (a model with no
+        compute op) nothing runs: zero cycles, zero utilisation, infinite throughput.
     messages : Sequence[SimMessage]
         Dependencies with their payloads and routes; they must form an acyclic graph.
     link_bandwidth : array-like of float
@@ -404,8 +405,6 @@ def _prepare(
     if not _is_int(num_clusters) or num_clusters < 1:
         raise ValueError(f"num_clusters must be an integer >= 1, got {num_clusters!r}")
     bandwidth, latency = _prepare_links(link_bandwidth, link_latency)
-    if len(tasks) == 0:
-        raise ValueError("tasks is empty; the simulation needs at least one task")
 
     names = tuple(task.name for task in tasks)
     clusters = [task.cluster for task in tasks]
@@ -577,7 +576,7 @@ def _summarise(problem: _Problem, timeline: _Timeline) -> SimResult:
         raise SimulationStalledError(_stall_message(problem, timeline))
     start, end = timeline.task_start, timeline.task_end
     batches = start.shape[0]
-    total = float(end.max())
+    total = float(end.max()) if end.size else 0.0  # no tasks: every batch is done at cycle 0
 
     # Cluster order is (batch, task); instance ids b * tasks + t already sort that way.
     instance_cluster = np.tile(problem.task_cluster, batches)
@@ -601,8 +600,8 @@ def _summarise(problem: _Problem, timeline: _Timeline) -> SimResult:
         minlength=num_links,
     )
 
-    batch_end = end.max(axis=1)
-    latency = batch_end - start.min(axis=1)
+    batch_end = end.max(axis=1) if end.size else np.zeros(batches)
+    latency = batch_end - (start.min(axis=1) if start.size else 0.0)
     span = batch_end[-1] - batch_end[0] if batches > 1 else latency[0]
     throughput = (max(batches - 1, 1) / span) if span > 0 else math.inf
 

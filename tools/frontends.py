@@ -12,6 +12,7 @@ import onnx
 import tvm
 import tvm_ffi
 from tvm import relax
+from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.relax.frontend.onnx import from_onnx, onnx_frontend
 
 from tvm_chiplet.runtime.artifact import InputSpec
@@ -130,12 +131,52 @@ def _import(model: onnx.ModelProto, input_shapes: dict[str, list[int]],
     try:
         with warnings.catch_warnings(), _clip_as_relax_ops():
             warnings.simplefilter("ignore")
-            return from_onnx(model, shape_dict=input_shapes or None)
+            mod = from_onnx(model, shape_dict=input_shapes or None)
     except tvm.error.OpNotImplemented as err:
         raise ModelLoadError(_unsupported_ops_message(model, str(err), source)) from None
     except Exception as err:
         first = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
         raise ModelLoadError(f"TVM could not import {source}: {first}") from None
+    return _complete_input_dtypes(mod, model)
+
+
+@mutator
+class _Substitute(PyExprMutator):
+    def __init__(self, mapping: dict) -> None:
+        super().__init__()
+        self.mapping = mapping
+
+    def visit_var_(self, var: relax.Var) -> relax.Expr:
+        return self.mapping[var] if var in self.mapping else super().visit_var_(var)
+
+
+def _complete_input_dtypes(mod: tvm.IRModule, model: onnx.ModelProto) -> tvm.IRModule:
+    """``mod`` with the dtype of every input that TVM's importer leaves open (an ONNX optional
+    tensor input) taken from the model, so that run inputs are checked against it."""
+    declared = {}
+    for value in _graph_inputs(model):
+        ty = value.type.optional_type.elem_type if value.type.HasField("optional_type") \
+            else value.type
+        if ty.HasField("tensor_type") and ty.tensor_type.elem_type:
+            declared[value.name] = str(onnx.helper.tensor_dtype_to_np_dtype(
+                ty.tensor_type.elem_type))
+    main = mod["main"]
+    mapping = {
+        param: relax.Var(param.name, relax.TensorType(param.ty.shape, declared[param.name])
+                         if param.ty.shape is not None
+                         else relax.TensorType(dtype=declared[param.name], ndim=param.ty.ndim))
+        for param in main.params
+        if isinstance(param.ty, relax.TensorType) and param.ty.dtype is None
+        and param.name in declared
+    }
+    if not mapping:
+        return mod
+    body = _Substitute(mapping).visit_expr(main.body)
+    params = [mapping.get(param, param) for param in main.params]
+    out = mod.clone()
+    out.update_func(mod.get_global_var("main"),
+                    relax.Function(params, body, main.ret_ty, main.is_pure, main.attrs))
+    return out
 
 
 _QUANTIZED_OP = re.compile(r"Q[A-Z]\w*|\w+Integer\w*|DynamicQuantize\w+|\w+NBits")

@@ -74,17 +74,43 @@ def tensor_elements(ty: tvm.ir.Type, what: str) -> int:
     return 0
 
 
-def main_bindings(mod: tvm.IRModule) -> list[relax.VarBinding]:
+def has_static_shape(ty: tvm.ir.Type) -> bool:
+    """Whether the shape of a value of type ``ty`` is known at compile time: a tensor or a shape
+    with constant dimensions, a tuple of such, or a value without a shape (e.g. an object)."""
+    if isinstance(ty, relax.TensorType | relax.ShapeType):
+        dims = ty.values if isinstance(ty, relax.ShapeType) else (
+            ty.shape.values if hasattr(ty.shape, "values") else None)
+        return dims is not None and all(isinstance(d, tvm.tirx.IntImm) for d in dims)
+    if isinstance(ty, tvm.ir.TupleType):
+        return all(has_static_shape(field) for field in ty.fields)
+    return True
+
+
+def main_bindings(mod: tvm.IRModule) -> list[relax.Binding]:
     """The bindings of ``main`` in order, over all its blocks (ReduceGraph leaves one dataflow
     block; a data-parallel module keeps its scatter and gather in blocks of their own)."""
     if "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
         raise AnalysisError("the module has no 'main' function")
     bindings = [b for block in mod["main"].body.blocks for b in block.bindings]
     for binding in bindings:
-        if not isinstance(binding, relax.VarBinding):
-            raise AnalysisError(f"'main' has a match_cast binding of {binding.var.name}")
-        if isinstance(binding.value, relax.If):
+        if isinstance(binding, relax.VarBinding) and isinstance(binding.value, relax.If):
             raise AnalysisError(f"'main' has control flow at {binding.var.name}; not supported")
+    return bindings
+
+
+def planned_bindings(mod: tvm.IRModule) -> list[relax.VarBinding]:
+    """The bindings of ``main`` that a placement covers: those before the first one whose shape
+    is data-dependent (a ``match_cast``, or a value whose shape is known at run time only, as
+    the results of NonZero, Unique or a Slice by input values).
+
+    The data-dependent tail cannot be costed at compile time: it is not planned, and
+    :class:`~tvm_chiplet.passes.PartitionByCluster` keeps it on the cluster of the last planned
+    binding.
+    """
+    bindings = main_bindings(mod)
+    for index, binding in enumerate(bindings):
+        if isinstance(binding, relax.MatchCast) or not has_static_shape(binding.var.ty):
+            return bindings[:index]
     return bindings
 
 
@@ -159,7 +185,8 @@ def extract_op_graph(mod: tvm.IRModule, device_dtype: str | None = None) -> OpGr
     ----------
     mod : IRModule
         A module whose ``main`` is one dataflow block of ``call_tir`` (and tuple) bindings, as
-        :class:`ReduceGraph` leaves it.
+        :class:`ReduceGraph` leaves it; a data-dependent tail is left out
+        (:func:`planned_bindings`).
     device_dtype : str, optional
         Count floating-point tensors at this device precision (module docstring); default the
         IR's own dtypes.
@@ -167,9 +194,9 @@ def extract_op_graph(mod: tvm.IRModule, device_dtype: str | None = None) -> OpGr
     Returns
     -------
     OpGraph
-        One node per binding; an edge per use of a value, weighted by the value's bytes.
+        One node per planned binding; an edge per use of a value, weighted by the value's bytes.
     """
-    bindings = main_bindings(mod)
+    bindings = planned_bindings(mod)
     func = mod["main"]
     params = list(func.params)
     param_index = {param: i for i, param in enumerate(params)}

@@ -11,6 +11,7 @@ from tvm_chiplet.passes.analysis.extract_op_graph import (
     AnalysisError,
     call_flops,
     call_tir_weight_bytes,
+    has_static_shape,
     main_bindings,
     tensor_bytes,
 )
@@ -56,10 +57,15 @@ class Task:
 
 @dataclass
 class SegmentSchedule:
+    """``data_dependent_ops``: the ``call_tir`` ops of a data-dependent tail (their shapes are
+    known at run time only), which run in their segment but are no tasks: no cost is modelled
+    for them."""
+
     segments: list[Segment]
     outputs: list[list]
     tasks: list[Task]
     input_names: list[str]
+    data_dependent_ops: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {
@@ -67,6 +73,7 @@ class SegmentSchedule:
             "outputs": self.outputs,
             "tasks": [t.to_dict() for t in self.tasks],
             "input_names": self.input_names,
+            "data_dependent_ops": self.data_dependent_ops,
         }
 
 
@@ -76,7 +83,9 @@ def read_segments(mod: tvm.IRModule, device_dtype: str | None = None) -> Segment
     Returns the segments in call order with their data sources, the sources of ``main``'s
     results, and the compute ops as tasks whose ``deps`` are ``[producer_task, nbytes]`` pairs
     (a value read through tuple plumbing counts once per reader). Bytes are counted at
-    ``device_dtype`` as :func:`~.extract_op_graph.tensor_bytes` does.
+    ``device_dtype`` as :func:`~.extract_op_graph.tensor_bytes` does; a segment result with a
+    data-dependent shape counts 0 bytes (it can only be a result of ``main``: the data-dependent
+    tail is the last segment's).
     """
     main = mod["main"]
     params = list(main.params)
@@ -84,6 +93,7 @@ def read_segments(mod: tvm.IRModule, device_dtype: str | None = None) -> Segment
     producers: dict[tuple, set[int]] = {}  # ("segment", s, j) -> task indices producing it
     segments: list[Segment] = []
     tasks: list[Task] = []
+    data_dependent: list[str] = []
     flop_cache: dict = {}
     for binding in main_bindings(mod):
         value = binding.value
@@ -107,12 +117,14 @@ def read_segments(mod: tvm.IRModule, device_dtype: str | None = None) -> Segment
                 inputs=inputs,
                 output_bytes=[
                     tensor_bytes(f, f"output of {value.op.name_hint}", device_dtype)
+                    if has_static_shape(f) else 0
                     for f in func.ret_ty.fields
                 ],
             )
             segments.append(segment)
             source[binding.var] = ["segment_tuple", index]
-            _segment_tasks(mod, func, segment, producers, tasks, flop_cache, device_dtype)
+            _segment_tasks(mod, func, segment, producers, tasks, data_dependent, flop_cache,
+                           device_dtype)
         elif isinstance(value, relax.TupleGetItem) and value.tuple_value in source:
             _, index = source[value.tuple_value]
             source[binding.var] = ["segment", index, int(value.index)]
@@ -124,10 +136,11 @@ def read_segments(mod: tvm.IRModule, device_dtype: str | None = None) -> Segment
     result = main.body.body
     fields = result.fields if isinstance(result, relax.Tuple) else [result]
     outputs = [source[f] for f in fields]
-    return SegmentSchedule(segments, outputs, tasks, [p.name for p in params])
+    return SegmentSchedule(segments, outputs, tasks, [p.name for p in params], data_dependent)
 
 
-def _segment_tasks(mod, func, segment, producers, tasks, flop_cache, device_dtype) -> None:
+def _segment_tasks(mod, func, segment, producers, tasks, data_dependent, flop_cache,
+                   device_dtype) -> None:
     origin: dict[relax.Var, set[int]] = {}
     for param, src in zip(func.params, segment.inputs, strict=True):
         origin[param] = producers.get(tuple(src), set()) if src[0] == "segment" else set()
@@ -136,7 +149,9 @@ def _segment_tasks(mod, func, segment, producers, tasks, flop_cache, device_dtyp
         value = binding.value
         reads = list(relax.analysis.free_vars(value))
         placed = call_placement(value)
-        if isinstance(value, relax.Call) and value.op.same_as(CALL_TIR):
+        is_call_tir = isinstance(value, relax.Call) and value.op.same_as(CALL_TIR)
+        static = all(has_static_shape(v.ty) for v in [*reads, binding.var])
+        if is_call_tir and static:
             _, stage, op_id = placed if placed else (segment.cluster, 0, -1)
             deps: dict[int, int] = {}
             for var in reads:
@@ -163,6 +178,8 @@ def _segment_tasks(mod, func, segment, producers, tasks, flop_cache, device_dtyp
             )
             origin[binding.var] = {len(tasks) - 1}
         else:
+            if is_call_tir:
+                data_dependent.append(value.args[0].name_hint)
             origin[binding.var] = set().union(*(origin.get(v, set()) for v in reads))
     result = func.body.body
     for j, item in enumerate(result.fields):

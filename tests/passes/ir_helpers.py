@@ -1,7 +1,11 @@
 """Shared IR fixtures for per-pass tests."""
 
 import tvm
+from onnx import TensorProto, helper
 from tvm import relax
+
+from tvm_chiplet.passes import ReduceGraph
+from tvm_chiplet.tools.frontends import load_model
 
 
 def strip_call_attrs(mod: tvm.IRModule) -> tvm.IRModule:
@@ -21,3 +25,14 @@ def strip_call_attrs(mod: tvm.IRModule) -> tvm.IRModule:
         if isinstance(func, relax.Function):
             out.update_func(gvar, _Strip().visit_expr(func))
     return out.without_attr("chiplet.placement")
+
+
+def nonzero_model_reduced() -> tvm.IRModule:
+    """ReLU -> NonZero -> Transpose: the result's shape depends on the input's values."""
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("NonZero", ["r"], ["nz"]),
+         helper.make_node("Transpose", ["nz"], ["y"], perm=[1, 0])],
+        "nonzero", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, ["n", 2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    return ReduceGraph()(load_model(model))

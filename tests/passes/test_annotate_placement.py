@@ -4,8 +4,9 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 from tvm.script import tirx as T
 
-from tests.passes.ir_helpers import strip_call_attrs
+from tests.passes.ir_helpers import nonzero_model_reduced, strip_call_attrs
 from tvm_chiplet.passes import AnnotatePlacement
+from tvm_chiplet.passes.analysis.extract_op_graph import main_bindings, planned_bindings
 from tvm_chiplet.passes.attrs import call_placement
 from tvm_chiplet.passes.planners import Placement, PlanningError
 
@@ -88,3 +89,15 @@ def test_placement_of_the_wrong_length_is_refused():
 def test_non_placement_argument_is_refused():
     with pytest.raises(TypeError, match="needs a Placement"):
         AnnotatePlacement({"op_cluster": [0]})
+
+
+def test_data_dependent_tail_is_left_unplaced():
+    reduced = nonzero_model_reduced()
+    count = len(planned_bindings(reduced))
+    placement = Placement("manual", (2,) * count, (0,) * count, (2,))
+    annotated = main_bindings(AnnotatePlacement(placement)(reduced))
+    assert call_placement(annotated[0].value) == (2, 0, 0)
+    assert all(call_placement(b.value) is None for b in annotated[count:])
+    with pytest.raises(PlanningError, match=r"before its data-dependent tail"):
+        AnnotatePlacement(Placement("manual", (0,) * (count + 1), (0,) * (count + 1), (0,)))(
+            reduced)

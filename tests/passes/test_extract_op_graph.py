@@ -4,8 +4,14 @@ import tvm
 from tvm import relax
 from tvm.script import tirx as T
 
+from tests.passes.ir_helpers import nonzero_model_reduced
 from tvm_chiplet.passes import ReduceGraph
-from tvm_chiplet.passes.analysis.extract_op_graph import AnalysisError, extract_op_graph
+from tvm_chiplet.passes.analysis.extract_op_graph import (
+    AnalysisError,
+    extract_op_graph,
+    main_bindings,
+    planned_bindings,
+)
 
 
 def test_a_gather_from_a_constant_table_counts_only_the_rows_it_reads():
@@ -108,3 +114,15 @@ def test_without_a_device_dtype_tensors_count_at_their_ir_dtype():
     graph = extract_op_graph(_embedding_module())
     assert graph.total_weight_bytes == extract_op_graph(_embedding_module(), "fp32") \
         .total_weight_bytes == 2 * 4 * 16 * 4
+
+
+def test_the_op_graph_ends_before_the_data_dependent_tail():
+    reduced = nonzero_model_reduced()
+    bindings = main_bindings(reduced)
+    planned = planned_bindings(reduced)
+    assert 0 < len(planned) < len(bindings)
+    assert any(isinstance(b, relax.MatchCast) for b in bindings[len(planned):])
+    graph = extract_op_graph(reduced)
+    assert len(graph.ops) == len(planned)
+    assert [op.name for op in graph.ops if op.is_compute] == ["relu"]
+

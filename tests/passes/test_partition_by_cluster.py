@@ -134,3 +134,93 @@ def test_segment_name_clash_is_refused():
     annotated["seg1"] = annotated["add_one"]
     with pytest.raises(AnalysisError, match=r"already has function\(s\) \['seg1'\].*prefix"):
         PartitionByCluster()(annotated)
+
+
+def test_returned_constants_are_produced_by_the_last_segment():
+    @I.ir_module
+    class WithConstant:
+        @T.prim_func(private=True, s_tir=True)
+        def add_one(x: T.Buffer((4,), "float32"), y: T.Buffer((4,), "float32")):
+            for i in range(4):
+                with T.sblock("add"):
+                    vi = T.axis.remap("S", [i])
+                    y[vi] = x[vi] + T.float32(1)
+
+        @R.function
+        def main(x: R.Tensor((4,), "float32")) -> R.Tuple(R.Tensor((4,), "float32"),
+                                                          R.Tensor((), "int64")):
+            cls = WithConstant
+            with R.dataflow():
+                a = R.call_tir(cls.add_one, (x,), out_ty=R.Tensor((4,), "float32"))
+                R.output(a)
+            return (a, R.const(4, "int64"))
+
+    @I.ir_module
+    class Expected:
+        @T.prim_func(private=True, s_tir=True)
+        def add_one(x: T.Buffer((4,), "float32"), y: T.Buffer((4,), "float32")):
+            for i in range(4):
+                with T.sblock("add"):
+                    vi = T.axis.remap("S", [i])
+                    y[vi] = x[vi] + T.float32(1)
+
+        @R.function
+        def seg0(x: R.Tensor((4,), "float32")) -> R.Tuple(R.Tensor((4,), "float32"),
+                                                          R.Tensor((), "int64")):
+            R.func_attr({"chiplet.cluster": 3, "chiplet.segment": 0})
+            cls = Expected
+            with R.dataflow():
+                a = R.call_tir(cls.add_one, (x,), out_ty=R.Tensor((4,), "float32"))
+                out0 = R.const(4, "int64")
+                R.output(a, out0)
+            return (a, out0)
+
+        @R.function
+        def main(x: R.Tensor((4,), "float32")) -> R.Tuple(R.Tensor((4,), "float32"),
+                                                          R.Tensor((), "int64")):
+            cls = Expected
+            with R.dataflow():
+                seg0_out = cls.seg0(x)
+                a = seg0_out[0]
+                out0 = seg0_out[1]
+                R.output(a, out0)
+            return (a, out0)
+
+    After = PartitionByCluster()(AnnotatePlacement(place([3]))(WithConstant))
+    tvm.ir.assert_structural_equal(strip_call_attrs(After), Expected)
+
+
+@I.ir_module
+class NoCompute:
+    @R.function
+    def main(x: R.Tensor((4,), "float32")) -> R.Tuple(R.Tensor((4,), "float32"), R.Shape([4])):
+        return (x, R.shape([4]))
+
+
+def test_planned_module_without_compute_becomes_one_segment_on_cluster_0():
+    @I.ir_module
+    class Expected:
+        @R.function
+        def seg0() -> R.Tuple(R.Shape([4])):
+            R.func_attr({"chiplet.cluster": 0, "chiplet.segment": 0})
+            with R.dataflow():
+                out0 = R.shape([4])
+                R.output(out0)
+            return (out0,)
+
+        @R.function
+        def main(x: R.Tensor((4,), "float32")) -> R.Tuple(R.Tensor((4,), "float32"),
+                                                          R.Shape([4])):
+            cls = Expected
+            with R.dataflow():
+                seg0_out = cls.seg0()
+                out0 = seg0_out[0]
+                R.output(out0)
+            return (x, out0)
+
+    After = PartitionByCluster()(AnnotatePlacement(place([]))(NoCompute))
+    tvm.ir.assert_structural_equal(strip_call_attrs(After), Expected)
+
+
+def test_unplanned_module_without_compute_is_unchanged():
+    tvm.ir.assert_structural_equal(PartitionByCluster()(NoCompute), NoCompute)

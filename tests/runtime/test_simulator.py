@@ -283,6 +283,16 @@ def test_cluster_without_tasks_is_idle(run):
     assert result.throughput_per_cycle == pytest.approx(1 / 9.0)
 
 
+@pytest.mark.parametrize("network", [*NETWORK_MODELS, "flit"])
+def test_no_tasks_take_zero_cycles(network):
+    result = simulate([], [], [1.0], [1.0], num_clusters=2, batches=3, network=network)
+    assert result.total_cycles == 0.0
+    assert result.task_start.shape == result.task_end.shape == (3, 0)
+    np.testing.assert_array_equal(result.latency_per_batch, [0.0, 0.0, 0.0])
+    np.testing.assert_array_equal(result.cluster_utilisation, [0.0, 0.0])
+    assert result.throughput_per_cycle == np.inf
+
+
 def test_simulation_is_deterministic():
     case = _random_case(3)
     first, second = simulate(**case), simulate(**case)
@@ -321,7 +331,6 @@ _VALID = {
         ({"network": "mesh"}, r"unknown network model 'mesh'; expected one of 'analytical', 'fl"),
         ({"batches": 0}, r"batches must be an integer >= 1.*got 0"),
         ({"num_clusters": 0}, r"num_clusters must be an integer >= 1"),
-        ({"tasks": []}, r"tasks is empty"),
         ({"tasks": [SimTask("a", 0, 1), SimTask("b", 2, 1)]}, r"task 1 \('b'\) is on cluster 2"),
         ({"tasks": [SimTask("a", 0, -1), SimTask("b", 1, 1)]}, r"task 0 \('a'\) takes -1.0"),
         ({"messages": [SimMessage(0, 5, 16)]}, r"names task 5; tasks are numbered 0..1"),

@@ -121,3 +121,19 @@ def test_tvmc_print_inputs_lists_names_dtypes_and_open_dims(tmp_path, capsys):
     onnx.save(shape_computing_model(), path)
     assert main(["compile", "--print-inputs", str(path)]) == 0
     assert capsys.readouterr().out == "x  float32  [N,8]  (give N with --input-shapes)\n"
+
+
+@pytest.mark.filterwarnings("ignore:Input maybe has unknown rank")
+def test_optional_input_gets_the_dtype_the_model_declares():
+    element = helper.make_tensor_type_proto(TensorProto.FLOAT, [4])
+    optional = helper.make_value_info("maybe", helper.make_optional_type_proto(element))
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])
+    graph = helper.make_graph([helper.make_node("OptionalGetElement", ["maybe"], ["y"])],
+                              "optional", [optional], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    assert from_onnx(model)["main"].params[0].ty.dtype is None
+    mod = load_model(model)
+    assert str(mod["main"].params[0].ty.dtype) == "float32"
+    x = np.arange(4, dtype="float32")
+    vm = tvm.relax.VirtualMachine(tvm.compile(mod, "llvm"), tvm.cpu())
+    np.testing.assert_array_equal(vm["main"](tvm.runtime.tensor(x)).numpy(), x)

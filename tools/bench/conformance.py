@@ -1,0 +1,380 @@
+"""Conformance: the ONNX backend node test suite through plain TVM and through the chiplet path.
+
+Usage: ``python -m tvm_chiplet.tools.bench.conformance [--out DIR] [--limit N] [--pattern REGEX]
+[--target chiplet/cluster-4] [--timeout 120] [--jobs N]``
+
+The node tests are generated offline, in memory, from the installed onnx package's test-case
+generators (``onnx.backend.test.case.node.collect_testcases``: one model, its inputs and the
+expected outputs per test). Each test runs two ways:
+
+- plain TVM: ``from_onnx`` -> ``tvm.compile(..., "llvm")`` -> ``relax.VirtualMachine``;
+- the chiplet path: :func:`tvm_chiplet.build` with the test inputs' shapes as ``input_shapes``
+  -> :meth:`ChipletModule.run` (one worker per cluster).
+
+Outputs are compared as onnx's backend runner compares them (shapes, dtypes, then
+``assert_allclose`` with the test's rtol / atol: 1e-3 / 1e-7). Every run happens in a worker
+process with a per-run timeout, so a hang or a crash costs one test. A failure is classified by
+its cause: the exception type and the first line of its message with numbers, names and shapes
+normalised. Writes ``conformance.csv`` (one row per test) and ``conformance.md`` (pass counts
+side by side, what the chiplet path loses against plain TVM and the failure classes). Ctrl-C
+stops and writes the tests done so far.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import re
+import signal
+import time
+import warnings
+from collections import Counter
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+
+import numpy as np
+import onnx
+
+from tvm_chiplet.tools.bench.tables import markdown_table, write_csv
+
+PATHS = ("plain", "chiplet")
+DEFAULT_TARGET = "chiplet/cluster-4"
+
+
+@dataclass(frozen=True)
+class NodeTest:
+    """One ONNX node test: the model, its inputs (graph input order), the expected outputs."""
+
+    name: str
+    model: onnx.ModelProto
+    inputs: list
+    expected: list
+    rtol: float
+    atol: float
+
+    @property
+    def input_names(self) -> list[str]:
+        initializers = {init.name for init in self.model.graph.initializer}
+        return [i.name for i in self.model.graph.input if i.name not in initializers]
+
+
+def _to_numpy(value):
+    """A test value as onnx's runner sees it: TensorProto -> ndarray, sequences element-wise."""
+    if isinstance(value, onnx.TensorProto):
+        return onnx.numpy_helper.to_array(value)
+    if isinstance(value, list | tuple):
+        return [_to_numpy(item) for item in value]
+    return value
+
+
+def node_tests(pattern: str | None = None, limit: int | None = None) -> list[NodeTest]:
+    """The node tests of the installed onnx package, sorted by name.
+
+    ``pattern`` keeps the tests whose name it matches (``re.search``); ``limit`` keeps the first
+    ``limit`` of those.
+    """
+    from onnx.backend.test.case.node import collect_testcases
+
+    # The generators compute their expected outputs with numpy, warnings included.
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        cases = collect_testcases()
+    regex = re.compile(pattern) if pattern else None
+    tests = []
+    for case in sorted(cases, key=lambda c: c.name):
+        if regex is not None and not regex.search(case.name):
+            continue
+        inputs, expected = case.data_sets[0]
+        tests.append(NodeTest(case.name, case.model, [_to_numpy(v) for v in inputs],
+                              [_to_numpy(v) for v in expected], case.rtol, case.atol))
+    return tests[:limit] if limit is not None else tests
+
+
+def _from_tvm(value):
+    """A VM result as numpy: tensors to arrays, tuples to lists, shapes to int64 arrays."""
+    import tvm
+
+    if isinstance(value, tvm.runtime.Tensor):
+        return value.numpy()
+    if isinstance(value, tvm.runtime.ShapeTuple):
+        return np.array(list(value), dtype="int64")
+    if isinstance(value, list | tuple | tvm.ir.Array):
+        return [_from_tvm(item) for item in value]
+    return value
+
+
+def _to_tvm(value):
+    import tvm
+
+    if isinstance(value, list):
+        return [_to_tvm(item) for item in value]
+    return value if value is None else tvm.runtime.tensor(np.asarray(value))
+
+
+def run_plain(test: NodeTest) -> list:
+    """The test's outputs with plain TVM: from_onnx, tvm.compile for llvm, the Relax VM."""
+    import tvm
+    from tvm import relax
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mod = relax.frontend.onnx.from_onnx(test.model)
+    executable = tvm.compile(mod, target="llvm")
+    result = relax.VirtualMachine(executable, tvm.cpu())["main"](
+        *[_to_tvm(value) for value in test.inputs])
+    outputs = _from_tvm(result)
+    return _onnx_outputs(test, outputs if isinstance(outputs, list) else [outputs])
+
+
+def run_chiplet(test: NodeTest, target: str = DEFAULT_TARGET) -> list:
+    """The test's outputs on the chiplet path: :func:`tvm_chiplet.build` with the inputs' shapes
+    as ``input_shapes``, then the host executor."""
+    import tvm_chiplet
+
+    shapes = {name: list(np.shape(value))
+              for name, value in zip(test.input_names, test.inputs, strict=True)
+              if isinstance(value, np.ndarray | np.generic)}
+    module = tvm_chiplet.build(test.model, target=target, input_shapes=shapes)
+    outputs = module.run(dict(zip(test.input_names, test.inputs, strict=True))).outputs
+    return _onnx_outputs(test, list(outputs))
+
+
+def _onnx_outputs(test: NodeTest, outputs: list) -> list:
+    """``main``'s outputs (the fields of its tuple result, or the result alone) as the model's
+    ONNX outputs: ``main`` of a model whose one output is a sequence returns the sequence."""
+    graph_outputs = test.model.graph.output
+    if len(graph_outputs) == 1 and graph_outputs[0].type.HasField("sequence_type"):
+        return [outputs]
+    return outputs
+
+
+def check_outputs(test: NodeTest, outputs: list) -> None:
+    """Raise AssertionError unless ``outputs`` match the expected ones as onnx's runner judges."""
+    from onnx.backend.test.runner import Runner
+
+    Runner.assert_similar_outputs(test.expected, outputs, rtol=test.rtol, atol=test.atol)
+
+
+def run_test(test: NodeTest, path: str, target: str = DEFAULT_TARGET) -> None:
+    """Run ``test`` on ``path`` (``"plain"`` or ``"chiplet"``) and check its outputs."""
+    outputs = run_plain(test) if path == "plain" else run_chiplet(test, target)
+    check_outputs(test, outputs)
+
+
+_NORMALISE = (
+    (re.compile(r"'[^']*'|\"[^\"]*\""), "'_'"),
+    (re.compile(r"\[[-\d,\s]*\]|\([-\d,\s]+\)"), "[..]"),
+    (re.compile(r"0x[0-9a-fA-F]+"), "0x_"),
+    (re.compile(r"(?<![A-Za-z_])[-+]?\d+(\.\d+)?(e[-+]?\d+)?"), "N"),
+    (re.compile(r"\s+"), " "),
+)
+
+
+def failure_class(error_type: str, message: str) -> str:
+    """A short cause: the exception type and the first line of its message, with quoted names,
+    shapes and numbers replaced by placeholders so that one cause groups many tests."""
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    first = lines[0] if lines else ""
+    for regex, placeholder in _NORMALISE:
+        first = regex.sub(placeholder, first)
+    first = first.strip()
+    if len(first) > 100:
+        first = first[:97] + "..."
+    return f"{error_type}: {first}" if first else error_type
+
+
+def _serve(conn, target: str) -> None:
+    """A worker: run (test, path) jobs from ``conn`` and answer with the error, if any."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    quiet = os.open(os.devnull, os.O_WRONLY)  # TVM logs importer errors on stdout and stderr
+    os.dup2(quiet, 1)
+    os.dup2(quiet, 2)
+    import tvm  # noqa: F401  (imported before the first job, outside its timeout)
+
+    while True:
+        try:
+            job = conn.recv()
+        except EOFError:
+            return
+        test, path = job
+        try:
+            run_test(test, path, target)
+            conn.send(None)
+        except Exception as err:  # every failure is a result to classify
+            conn.send((type(err).__name__, str(err)))
+
+
+class _Worker:
+    def __init__(self, context, target: str) -> None:
+        self.conn, child = context.Pipe()
+        self.process = context.Process(target=_serve, args=(child, target), daemon=True)
+        self.process.start()
+        child.close()
+        self.job: tuple[int, str] | None = None
+        self.started = 0.0
+
+    def submit(self, index: int, path: str, test: NodeTest) -> None:
+        self.job = (index, path)
+        self.started = time.monotonic()
+        self.conn.send((test, path))
+
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.join()
+        self.conn.close()
+
+
+def run_suite(tests: list[NodeTest], target: str = DEFAULT_TARGET, jobs: int = 2,
+              timeout: float = 120.0, progress=print) -> tuple[list[dict], bool]:
+    """Run every test on both paths in ``jobs`` worker processes, each run within ``timeout``
+    seconds (a run that overruns or crashes its worker is a failure and the worker restarts).
+
+    Returns one row per test that finished on both paths, in test order, and whether the run
+    completed (False after Ctrl-C).
+    """
+    context = multiprocessing.get_context("spawn")
+    pending = [(index, path) for index in range(len(tests)) for path in PATHS]
+    pending.reverse()
+    errors: dict[tuple[int, str], tuple[str, str] | None] = {}
+    workers = [_Worker(context, target) for _ in range(max(1, jobs))]
+    started, reported = time.monotonic(), 0
+
+    def finish(worker: _Worker, error) -> None:
+        errors[worker.job] = error
+        worker.job = None
+
+    completed = True
+    try:
+        while pending or any(w.job for w in workers):
+            for worker in workers:
+                if worker.job is None and pending:
+                    index, path = pending.pop()
+                    worker.submit(index, path, tests[index])
+            busy = [w for w in workers if w.job is not None]
+            deadline = min(w.started for w in busy) + timeout
+            ready = wait([w.conn for w in busy], max(0.0, deadline - time.monotonic()))
+            for i, worker in enumerate(workers):
+                if worker.job is None:
+                    continue
+                if worker.conn in ready:
+                    try:
+                        finish(worker, worker.conn.recv())
+                        continue
+                    except EOFError:
+                        worker.process.join()
+                        error = ("WorkerCrash", f"exit code {worker.process.exitcode}")
+                elif time.monotonic() - worker.started >= timeout:
+                    error = ("Timeout", f"no result within {timeout:g} s")
+                else:
+                    continue
+                progress(f"[conformance] {tests[worker.job[0]].name} ({worker.job[1]}): "
+                         f"{error[0]}")
+                finish(worker, error)
+                worker.stop()
+                workers[i] = _Worker(context, target)
+            done = sum(1 for i in range(len(tests)) if all((i, p) in errors for p in PATHS))
+            if done - reported >= 50 or (done == len(tests) and reported < done):
+                reported = done
+                plain = sum(1 for (i, p), e in errors.items() if p == "plain" and e is None)
+                chiplet = sum(1 for (i, p), e in errors.items() if p == "chiplet" and e is None)
+                progress(f"[conformance] {done}/{len(tests)} tests, passing: plain {plain}, "
+                         f"chiplet {chiplet} ({time.monotonic() - started:.0f} s)")
+    except KeyboardInterrupt:
+        completed = False
+        progress("[conformance] interrupted; writing the tests done so far")
+    finally:
+        for worker in workers:
+            worker.stop()
+    rows = []
+    for index, test in enumerate(tests):
+        if not all((index, path) in errors for path in PATHS):
+            continue
+        row: dict = {"test": test.name}
+        for path in PATHS:
+            row[f"{path}_pass"] = errors[index, path] is None
+        for path in PATHS:
+            error = errors[index, path]
+            row[f"{path}_error"] = failure_class(*error) if error else ""
+        rows.append(row)
+    return rows, completed
+
+
+def summary_lines(rows: list[dict], seconds: float, target: str, total: int,
+                  completed: bool) -> list[str]:
+    """The markdown report: pass counts, what the chiplet path loses, failure classes."""
+    plain = sum(row["plain_pass"] for row in rows)
+    chiplet = sum(row["chiplet_pass"] for row in rows)
+    lost = [row for row in rows if row["plain_pass"] and not row["chiplet_pass"]]
+    gained = [row for row in rows if row["chiplet_pass"] and not row["plain_pass"]]
+    lost_classes = Counter(row["chiplet_error"] for row in lost)
+    lost_rows = [
+        {"cause (chiplet path)": cause, "tests": count,
+         "examples": ", ".join(row["test"] for row in lost if row["chiplet_error"] == cause)[:120]}
+        for cause, count in sorted(lost_classes.items(), key=lambda item: (-item[1], item[0]))
+    ]
+    causes = Counter(row[f"{p}_error"] for row in rows for p in PATHS if row[f"{p}_error"])
+    class_rows = [
+        {"cause": cause,
+         "plain": sum(row["plain_error"] == cause for row in rows),
+         "chiplet": sum(row["chiplet_error"] == cause for row in rows)}
+        for cause, _ in sorted(causes.items(), key=lambda item: (-item[1], item[0]))
+    ]
+    import onnx as onnx_package
+    import tvm
+
+    lines = [
+        "# Conformance: ONNX backend node tests, plain TVM vs the chiplet path", "",
+        f"onnx {onnx_package.__version__}, TVM {tvm.__version__}, chiplet target `{target}`; "
+        f"{len(rows)} of {total} tests run" + ("" if completed else " (interrupted)")
+        + f" in {seconds:.0f} s.", "",
+        "| | plain TVM | chiplet path |", "|---|---|---|",
+        f"| tests passing | {plain} | {chiplet} |",
+        f"| pass rate | {plain / max(1, len(rows)):.1%} | {chiplet / max(1, len(rows)):.1%} |",
+        "",
+        f"The chiplet path loses {len(lost)} test(s) that plain TVM passes and passes "
+        f"{len(gained)} that plain TVM fails.", "",
+    ]
+    if lost_rows:
+        lines += ["## Tests plain TVM passes and the chiplet path fails, by cause", "",
+                  *markdown_table(lost_rows), ""]
+    lines += ["## Every failure class", "", *markdown_table(class_rows, ["cause", "plain",
+                                                                      "chiplet"])]
+    return lines
+
+
+def write(out: str, rows: list[dict], lines: list[str]) -> None:
+    os.makedirs(out, exist_ok=True)
+    write_csv(os.path.join(out, "conformance.csv"), rows,
+              ["test", "plain_pass", "chiplet_pass", "plain_error", "chiplet_error"])
+    with open(os.path.join(out, "conformance.md"), "w") as handle:
+        handle.write("\n".join(lines) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="tools/bench/results")
+    parser.add_argument("--limit", type=int, default=None, help="run the first N tests only")
+    parser.add_argument("--pattern", default=None, help="run the tests whose name matches")
+    parser.add_argument("--target", default=DEFAULT_TARGET, help="chiplet target")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per test and path")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                        help="worker processes")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    tests = node_tests(args.pattern, args.limit)
+    print(f"[conformance] {len(tests)} node tests, {args.jobs} worker(s), target {args.target}",
+          flush=True)
+    rows, completed = run_suite(tests, args.target, args.jobs, args.timeout,
+                                progress=lambda line: print(line, flush=True))
+    seconds = time.monotonic() - started
+    lines = summary_lines(rows, seconds, args.target, len(tests), completed)
+    write(args.out, rows, lines)
+    print(f"[conformance] plain {sum(r['plain_pass'] for r in rows)}, chiplet "
+          f"{sum(r['chiplet_pass'] for r in rows)} of {len(rows)} in {seconds:.0f} s; wrote "
+          f"{args.out}/conformance.csv and conformance.md", flush=True)
+    return 0 if completed else 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
