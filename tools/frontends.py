@@ -6,7 +6,8 @@ import contextlib
 import os
 import re
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import onnx
 import tvm
@@ -17,6 +18,8 @@ from tvm.relax.frontend.onnx import from_onnx, onnx_frontend
 
 from tvm_chiplet.runtime.artifact import InputSpec
 from tvm_chiplet.tools.onnx_folding import fold_shapes
+from tvm_chiplet.tools.onnx_rnn import recurrent_converters
+from tvm_chiplet.tools.torch_import import is_torch_model, torch_to_relax
 
 
 @tvm_ffi.register_error
@@ -129,7 +132,7 @@ def onnx_to_relax(
 def _import(model: onnx.ModelProto, input_shapes: dict[str, list[int]],
             source: str) -> tvm.IRModule:
     try:
-        with warnings.catch_warnings(), _clip_as_relax_ops():
+        with warnings.catch_warnings(), _clip_as_relax_ops(), recurrent_converters():
             warnings.simplefilter("ignore")
             mod = from_onnx(model, shape_dict=input_shapes or None)
     except tvm.error.OpNotImplemented as err:
@@ -250,13 +253,26 @@ def _clip_as_relax_ops() -> Iterator[None]:
 
 
 def load_model(
-    model: str | os.PathLike | onnx.ModelProto | tvm.IRModule,
+    model: str | os.PathLike | onnx.ModelProto | tvm.IRModule | Any,
     input_shapes: dict[str, list[int]] | None = None,
     report: Callable[[str], None] | None = None,
+    example_inputs: Sequence[Any] | None = None,
 ) -> tvm.IRModule:
-    """Load an ONNX file / proto or pass a Relax IRModule through, as an IRModule with ``main``.
+    """Load a model as an IRModule with ``main``: an ONNX file / proto, a Relax IRModule (passed
+    through), or a PyTorch program (a ``torch.nn.Module`` called on ``example_inputs``, an
+    ``ExportedProgram`` or a ``.pt2`` file; :mod:`~tvm_chiplet.tools.torch_import`).
 
     ``report`` receives what the ONNX import did to the graph (:func:`onnx_to_relax`)."""
+    if is_torch_model(model):
+        if input_shapes:
+            raise ModelLoadError(
+                "input shapes come from the PyTorch program's example inputs; drop "
+                "--input-shapes / input_shapes"
+            )
+        return torch_to_relax(model, example_inputs, ModelLoadError)
+    if example_inputs is not None:
+        raise ModelLoadError("example_inputs are for PyTorch modules; an ONNX model takes "
+                             "input_shapes")
     if isinstance(model, tvm.IRModule):
         if "main" not in [gv.name_hint for gv in model.get_global_vars()]:
             raise ModelLoadError("the IRModule has no 'main' function to compile")

@@ -264,7 +264,8 @@ def make_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     comp = sub.add_parser("compile", help="compile a model into a chiplet artifact (.tar)")
-    comp.add_argument("model", help="ONNX model file")
+    comp.add_argument("model", help="ONNX model file, or a PyTorch program saved with "
+                      "torch.export.save (.pt2)")
     comp.add_argument("--target", help='"chiplet/<preset>" or "chiplet -config=my.toml"')
     comp.add_argument("--print-inputs", action="store_true",
                       help="list the model's inputs (name, dtype, dims) and exit")

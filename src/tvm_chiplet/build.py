@@ -11,7 +11,7 @@ import dataclasses
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import onnx
 import tvm
@@ -192,6 +192,7 @@ def build(
     pipeline: str = "chiplet-default",
     progress: Callable[[str], None] | None = None,
     device_dtype: str | None = None,
+    example_inputs: Sequence | None = None,
 ) -> ChipletModule:
     """Compile a model for a chiplet system into one :class:`ChipletModule`.
 
@@ -202,8 +203,11 @@ def build(
 
     Parameters
     ----------
-    model : path, onnx.ModelProto or IRModule
-        The model; ONNX is imported with TVM's frontend.
+    model : path, onnx.ModelProto, IRModule, torch.nn.Module or torch ExportedProgram
+        The model: ONNX (a file or proto) is imported with TVM's ONNX frontend (shape
+        subgraphs folded first); PyTorch (a module, an ExportedProgram or a ``.pt2`` file,
+        with ``pip install ".[torch]"``) through ``torch.export`` and
+        ``from_exported_program``.
     target : str, Target or ChipletTarget
         ``"chiplet/<preset>"``, ``"chiplet -config=my.toml"`` or a parsed target.
     strategy : str or Planner, optional
@@ -216,6 +220,8 @@ def build(
         Called with a line of text as each chiplet pass (:data:`REPORTED_PASSES`; planning
         happens inside PlanPlacement / PlanSplitPlacement) and ``tvm.compile`` start and
         end.
+    example_inputs : tuple of tensors, optional
+        What a ``torch.nn.Module`` is called on to export it (its input shapes and dtypes).
     device_dtype : str, optional
         Precision of the device model (``"int8"``, ``"fp16"``, ``"bf16"``, ``"fp32"``): bytes,
         SRAM use, MAC rates and energy; default the target's ``device-dtype`` option, else the
@@ -242,7 +248,7 @@ def build(
         if progress:
             progress(line)
 
-    mod = load_model(model, input_shapes, report=noted)
+    mod = load_model(model, input_shapes, report=noted, example_inputs=example_inputs)
     specs = input_specs(mod)
     passes = get_pipeline(
         pipeline,
