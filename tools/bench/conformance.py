@@ -163,10 +163,11 @@ def run_test(test: NodeTest, path: str, target: str = DEFAULT_TARGET) -> None:
 
 
 _NORMALISE = (
+    (re.compile(r"ErrorContext\(.*\)"), "ErrorContext(..)"),
     (re.compile(r"'[^']*'|\"[^\"]*\""), "'_'"),
     (re.compile(r"\[[-\d,\s]*\]|\([-\d,\s]+\)"), "[..]"),
     (re.compile(r"0x[0-9a-fA-F]+"), "0x_"),
-    (re.compile(r"(?<![A-Za-z_])[-+]?\d+(\.\d+)?(e[-+]?\d+)?"), "N"),
+    (re.compile(r"(?<![\w.])[-+]?\d+(\.\d+)?(e[-+]?\d+)?"), "N"),
     (re.compile(r"\s+"), " "),
 )
 
@@ -300,32 +301,30 @@ def run_suite(tests: list[NodeTest], target: str = DEFAULT_TARGET, jobs: int = 2
     return rows, completed
 
 
+def _by_cause(rows: list[dict], path: str, heading: str) -> list[dict]:
+    """Failures of ``rows`` on ``path`` grouped by cause, most frequent first, with examples."""
+    causes = Counter(row[f"{path}_error"] for row in rows)
+    return [
+        {heading: cause, "tests": count,
+         "examples": ", ".join(row["test"] for row in rows
+                               if row[f"{path}_error"] == cause)[:100]}
+        for cause, count in sorted(causes.items(), key=lambda item: (-item[1], item[0]))
+    ]
+
+
 def summary_lines(rows: list[dict], seconds: float, target: str, total: int,
                   completed: bool) -> list[str]:
-    """The markdown report: pass counts, what the chiplet path loses, failure classes."""
+    """The markdown report: pass counts side by side, what the chiplet path loses (and gains)
+    against plain TVM by cause, and every failure class of each path."""
+    import tvm
+
     plain = sum(row["plain_pass"] for row in rows)
     chiplet = sum(row["chiplet_pass"] for row in rows)
     lost = [row for row in rows if row["plain_pass"] and not row["chiplet_pass"]]
     gained = [row for row in rows if row["chiplet_pass"] and not row["plain_pass"]]
-    lost_classes = Counter(row["chiplet_error"] for row in lost)
-    lost_rows = [
-        {"cause (chiplet path)": cause, "tests": count,
-         "examples": ", ".join(row["test"] for row in lost if row["chiplet_error"] == cause)[:120]}
-        for cause, count in sorted(lost_classes.items(), key=lambda item: (-item[1], item[0]))
-    ]
-    causes = Counter(row[f"{p}_error"] for row in rows for p in PATHS if row[f"{p}_error"])
-    class_rows = [
-        {"cause": cause,
-         "plain": sum(row["plain_error"] == cause for row in rows),
-         "chiplet": sum(row["chiplet_error"] == cause for row in rows)}
-        for cause, _ in sorted(causes.items(), key=lambda item: (-item[1], item[0]))
-    ]
-    import onnx as onnx_package
-    import tvm
-
     lines = [
         "# Conformance: ONNX backend node tests, plain TVM vs the chiplet path", "",
-        f"onnx {onnx_package.__version__}, TVM {tvm.__version__}, chiplet target `{target}`; "
+        f"onnx {onnx.__version__}, TVM {tvm.__version__}, chiplet target `{target}`; "
         f"{len(rows)} of {total} tests run" + ("" if completed else " (interrupted)")
         + f" in {seconds:.0f} s.", "",
         "| | plain TVM | chiplet path |", "|---|---|---|",
@@ -335,12 +334,17 @@ def summary_lines(rows: list[dict], seconds: float, target: str, total: int,
         f"The chiplet path loses {len(lost)} test(s) that plain TVM passes and passes "
         f"{len(gained)} that plain TVM fails.", "",
     ]
-    if lost_rows:
+    if lost:
         lines += ["## Tests plain TVM passes and the chiplet path fails, by cause", "",
-                  *markdown_table(lost_rows), ""]
-    lines += ["## Every failure class", "", *markdown_table(class_rows, ["cause", "plain",
-                                                                      "chiplet"])]
-    return lines
+                  *markdown_table(_by_cause(lost, "chiplet", "cause (chiplet path)")), ""]
+    if gained:
+        lines += ["## Tests the chiplet path passes and plain TVM fails, by cause", "",
+                  *markdown_table(_by_cause(gained, "plain", "cause (plain TVM)")), ""]
+    for path, name in (("plain", "plain TVM"), ("chiplet", "the chiplet path")):
+        failed = [row for row in rows if not row[f"{path}_pass"]]
+        lines += [f"## Every failure of {name}, by cause", "",
+                  *markdown_table(_by_cause(failed, path, "cause")), ""]
+    return lines[:-1]
 
 
 def write(out: str, rows: list[dict], lines: list[str]) -> None:
