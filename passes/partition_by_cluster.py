@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
@@ -19,13 +21,13 @@ class _Rename(PyExprMutator):
         self.mapping = mapping
 
     def visit_var_(self, var: relax.Var) -> relax.Expr:
-        return self.mapping.get(var, var)
+        return self.mapping[var] if var in self.mapping else super().visit_var_(var)
 
     def visit_dataflow_var_(self, var: relax.DataflowVar) -> relax.Expr:
-        return self.mapping.get(var, var)
+        return self.mapping[var] if var in self.mapping else super().visit_dataflow_var_(var)
 
 
-def binding_clusters(bindings: list[relax.VarBinding]) -> list[int] | None:
+def binding_clusters(bindings: list[relax.Binding]) -> list[int] | None:
     """Cluster of every binding: its annotation, else that of the closest annotated binding before
     it (or after it, for plumbing at the very start). None if nothing is annotated."""
     annotated = [call_placement(b.value) for b in bindings]
@@ -50,13 +52,14 @@ class PartitionByCluster:
     segments or ``main``'s result read. ``main`` then calls the segments in order and unpacks
     their tuples, so it computes exactly what it computed before. Constants (weights) stay inside
     the segment that uses them. A data-dependent tail of ``main`` (a ``match_cast`` and what
-    follows, which no placement covers) has no annotations, so it stays with the last planned
-    binding, in one segment whose results have the shapes erased to their rank outside it. A
-    constant or shape that ``main`` returns is bound to a variable
-    first, so a segment produces it like any other result. A module without placement
-    attributes is returned unchanged; a planned module (it has the ``chiplet.placement``
-    attribute) without placed calls, i.e. a model without compute ops (only constants, shapes
-    and plumbing), becomes one segment on cluster 0 that runs no device task.
+    follows, or control flow, which no placement covers) has no annotations, so it stays with
+    the last planned binding, in one segment whose results have the shapes erased to their rank
+    outside it; a segment holding an If has no dataflow block. A constant or shape that ``main``
+    returns is bound to a variable first, so a segment produces it like any other result. A
+    module without placement attributes is returned unchanged; a planned module (it has the
+    ``chiplet.placement`` attribute) without placed calls, i.e. a model without compute ops
+    (only constants, shapes and plumbing), becomes one segment on cluster 0 that runs no device
+    task.
 
     Parameters
     ----------
@@ -168,16 +171,19 @@ class _Partitioner:
         mapping = dict(zip(inputs, params, strict=True))
         attrs = {ATTR_CLUSTER: self.clusters[lo], ATTR_SEGMENT: k}
         output_set = set(outputs)
+        bindings = self.bindings[lo:hi]
+        # Control flow cannot sit in a dataflow block: a segment holding an If has none.
+        dataflow = not any(isinstance(b.value, relax.If) for b in bindings)
         with builder.function(self.names[k], params, attrs=attrs):
-            with builder.dataflow():
-                for binding in self.bindings[lo:hi]:
+            with builder.dataflow() if dataflow else contextlib.nullcontext():
+                for binding in bindings:
                     value = _Rename(mapping).visit_expr(binding.value)
                     name = binding.var.name
                     if isinstance(binding, relax.MatchCast):
                         new_var = builder.match_cast(value, binding.ty, name_hint=name)
-                        if binding.var in output_set:
+                        if dataflow and binding.var in output_set:
                             new_var = builder.emit_output(new_var, name_hint=name)
-                    elif binding.var in output_set:
+                    elif dataflow and binding.var in output_set:
                         new_var = builder.emit_output(value, name_hint=name)
                     else:
                         new_var = builder.emit(value, name_hint=name)

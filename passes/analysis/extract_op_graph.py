@@ -91,17 +91,14 @@ def main_bindings(mod: tvm.IRModule) -> list[relax.Binding]:
     block; a data-parallel module keeps its scatter and gather in blocks of their own)."""
     if "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
         raise AnalysisError("the module has no 'main' function")
-    bindings = [b for block in mod["main"].body.blocks for b in block.bindings]
-    for binding in bindings:
-        if isinstance(binding, relax.VarBinding) and isinstance(binding.value, relax.If):
-            raise AnalysisError(f"'main' has control flow at {binding.var.name}; not supported")
-    return bindings
+    return [b for block in mod["main"].body.blocks for b in block.bindings]
 
 
 def planned_bindings(mod: tvm.IRModule) -> list[relax.VarBinding]:
     """The bindings of ``main`` that a placement covers: those before the first one whose shape
     is data-dependent (a ``match_cast``, or a value whose shape is known at run time only, as
-    the results of NonZero, Unique or a Slice by input values).
+    the results of NonZero, Unique or a Slice by input values) or that is control flow (an If,
+    whose branch is chosen at run time).
 
     The data-dependent tail cannot be costed at compile time: it is not planned, and
     :class:`~tvm_chiplet.passes.PartitionByCluster` keeps it on the cluster of the last planned
@@ -109,7 +106,8 @@ def planned_bindings(mod: tvm.IRModule) -> list[relax.VarBinding]:
     """
     bindings = main_bindings(mod)
     for index, binding in enumerate(bindings):
-        if isinstance(binding, relax.MatchCast) or not has_static_shape(binding.var.ty):
+        if (isinstance(binding, relax.MatchCast) or isinstance(binding.value, relax.If)
+                or not has_static_shape(binding.var.ty)):
             return bindings[:index]
     return bindings
 

@@ -58,8 +58,8 @@ class Task:
 @dataclass
 class SegmentSchedule:
     """``data_dependent_ops``: the ``call_tir`` ops of a data-dependent tail (their shapes are
-    known at run time only), which run in their segment but are no tasks: no cost is modelled
-    for them."""
+    known at run time only, or they sit in a branch of control flow), which run in their
+    segment but are no tasks: no cost is modelled for them."""
 
     segments: list[Segment]
     outputs: list[list]
@@ -178,9 +178,21 @@ def _segment_tasks(mod, func, segment, producers, tasks, data_dependent, flop_ca
             )
             origin[binding.var] = {len(tasks) - 1}
         else:
-            if is_call_tir:
-                data_dependent.append(value.args[0].name_hint)
+            if is_call_tir or isinstance(value, relax.If):
+                data_dependent.extend(_called_prim_funcs(value))
             origin[binding.var] = set().union(*(origin.get(v, set()) for v in reads))
     result = func.body.body
     for j, item in enumerate(result.fields):
         producers[("segment", segment.index, j)] = origin.get(item, set())
+
+
+def _called_prim_funcs(expr: relax.Expr) -> list[str]:
+    """Names of the PrimFuncs that the ``call_tir`` calls in ``expr`` call, in visiting order."""
+    names: list[str] = []
+
+    def visit(node) -> None:
+        if isinstance(node, relax.Call) and node.op.same_as(CALL_TIR):
+            names.append(node.args[0].name_hint)
+
+    relax.analysis.post_order_visit(expr, visit)
+    return names

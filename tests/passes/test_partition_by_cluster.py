@@ -224,3 +224,41 @@ def test_planned_module_without_compute_becomes_one_segment_on_cluster_0():
 
 def test_unplanned_module_without_compute_is_unchanged():
     tvm.ir.assert_structural_equal(PartitionByCluster()(NoCompute), NoCompute)
+
+
+@I.ir_module
+class WithIf:
+    @T.prim_func(private=True, s_tir=True)
+    def add_one(x: T.Buffer((4,), "float32"), y: T.Buffer((4,), "float32")):
+        for i in range(4):
+            with T.sblock("add"):
+                vi = T.axis.remap("S", [i])
+                y[vi] = x[vi] + T.float32(1)
+
+    @R.function
+    def main(x: R.Tensor((4,), "float32"), c: R.Tensor((), "bool")) -> R.Tensor((4,), "float32"):
+        cls = WithIf
+        with R.dataflow():
+            a = R.call_tir(cls.add_one, (x,), out_ty=R.Tensor((4,), "float32"))
+            R.output(a)
+        if c:  # noqa: SIM108 (TVMScript control flow, not Python)
+            b = R.call_tir(cls.add_one, (a,), out_ty=R.Tensor((4,), "float32"))
+        else:
+            b = a
+        return b
+
+
+def test_control_flow_stays_with_the_last_planned_op_outside_a_dataflow_block():
+    import numpy as np
+
+    After = PartitionByCluster()(AnnotatePlacement(place([3]))(WithIf))
+    segments = [gv.name_hint for gv in After.get_global_vars() if gv.name_hint.startswith("seg")]
+    assert segments == ["seg0"]
+    assert int(After["seg0"].attrs["chiplet.cluster"]) == 3
+    assert not any(isinstance(block, tvm.relax.DataflowBlock)
+                   for block in After["seg0"].body.blocks)
+    vm = tvm.relax.VirtualMachine(tvm.compile(After, "llvm"), tvm.cpu())
+    x = np.arange(4, dtype="float32")
+    for flag, expected in ((True, x + 2), (False, x + 1)):
+        out = vm["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(np.array(flag)))
+        np.testing.assert_array_equal(out.numpy(), expected)

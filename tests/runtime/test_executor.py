@@ -130,3 +130,28 @@ def test_slice_by_input_values_matches_onnxruntime():
               "starts": np.array([1, 0], "int64"), "ends": np.array([4, 3], "int64")}
     outputs, expected = run_both(model, inputs)
     np.testing.assert_array_equal(outputs[0], expected[0])
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_control_flow_after_planned_ops_matches_onnxruntime(flag):
+    weight = helper.make_tensor("w", TensorProto.FLOAT, [4, 4],
+                                np.linspace(-1, 1, 16, dtype="float32").ravel())
+
+    def branch(op: str) -> onnx.GraphProto:
+        return helper.make_graph([helper.make_node(op, ["h"], [f"{op}_out"])], op, [],
+                                 [tensor(f"{op}_out", TensorProto.FLOAT, [3, 4])])
+
+    model = make_model(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]),
+         helper.make_node("If", ["flag"], ["y"], then_branch=branch("Relu"),
+                          else_branch=branch("Neg"))],
+        [tensor("x", TensorProto.FLOAT, [3, 4]), tensor("flag", TensorProto.BOOL, [])],
+        [tensor("y", TensorProto.FLOAT, [3, 4])],
+        [weight],
+    )
+    inputs = {"x": np.linspace(-2, 2, 12, dtype="float32").reshape(3, 4),
+              "flag": np.array(flag)}
+    module = tvm_chiplet.build(model, target="chiplet/cluster-4")
+    assert module.plan["data_dependent_ops"]
+    expected = ort.InferenceSession(model.SerializeToString()).run(None, inputs)
+    np.testing.assert_allclose(module.run(inputs).outputs[0], expected[0], rtol=1e-6)
