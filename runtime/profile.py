@@ -109,7 +109,7 @@ def profile_report(plan: dict, system: ChipletSystem, sim: SimResult, execution=
             "cycles": total,
             "latency_s": total / freq,
             "latency_per_batch_cycles": [float(x) for x in np.atleast_1d(sim.latency_per_batch)],
-            "throughput_per_s": float(sim.throughput_per_cycle) * freq,
+            "throughput_per_s": sim.per_second(freq),
             "avg_utilisation": float(np.mean([c["utilisation"] for c in clusters]))
             if clusters else 0.0,
             "bytes_moved": float(sum(t["bytes"] for t in plan.get("transfers", []))),
@@ -143,7 +143,7 @@ def format_table(report: dict) -> str:
     inputs = f"{run_label(report['batches'], copies)} in " if copies > 1 else ""
     lines.append(
         f"device: {inputs}{totals['cycles']:.0f} cycles = {1e3 * totals['latency_s']:.3f} ms, "
-        f"throughput {totals['throughput_per_s']:.1f} inf/s, "
+        f"throughput {rate_label(totals['throughput_per_s'])}, "
         f"avg utilisation {100 * totals['avg_utilisation']:.1f}%, "
         f"{len(report['links'])} busy links"
     )
@@ -230,3 +230,9 @@ def chrome_trace(plan: dict, system: ChipletSystem, sim: SimResult) -> dict:
                              "dst_task": message["dst"]},
                 })
     return {"traceEvents": events, "displayTimeUnit": "ns"}
+
+
+def rate_label(per_second: float | None) -> str:
+    """``"1234.5 inf/s"``, or ``"no device time"`` for a plan without device tasks."""
+    return "no device time" if per_second is None else f"{per_second:.1f} inf/s"
+

@@ -179,6 +179,12 @@ class SimResult:
     latency_per_batch: np.ndarray
     throughput_per_cycle: float
 
+    def per_second(self, frequency_hz: float) -> float | None:
+        """:attr:`throughput_per_cycle` in batches per second; None when the run takes no
+        device time (a plan without device tasks), which JSON cannot hold as infinity."""
+        rate = float(self.throughput_per_cycle)
+        return rate * frequency_hz if math.isfinite(rate) else None
+
     @staticmethod
     def seconds(cycles: float | np.ndarray, frequency_hz: float) -> float | np.ndarray:
         """Convert cycles to seconds at ``frequency_hz`` (e.g. ``result.seconds(result.total_cycles,

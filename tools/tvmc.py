@@ -31,7 +31,12 @@ def _target_options(args: argparse.Namespace) -> dict[str, str]:
 
 def cmd_compile(args: argparse.Namespace) -> int:
     from tvm_chiplet.build import build
-    from tvm_chiplet.runtime.profile import bytes_label, energy_label, energy_parts
+    from tvm_chiplet.runtime.profile import (
+        bytes_label,
+        energy_label,
+        energy_parts,
+        rate_label,
+    )
     from tvm_chiplet.targets.target import parse_target
     from tvm_chiplet.tools.frontends import describe_inputs, parse_input_shapes
 
@@ -80,7 +85,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         inputs = row.get("inputs_simulated", row["batches"])
         print(
             f"  simulated ({row['network']}), {inputs} input(s): "
-            f"{row['simulated_cycles']:.0f} cycles, {row['throughput_per_s']:.1f} inf/s, "
+            f"{row['simulated_cycles']:.0f} cycles, {rate_label(row['throughput_per_s'])}, "
             f"{row['ratio_to_bound']:.2f}x the lower bound ({row['bound_binding']})"
         )
     calibration = plan["estimate"][0].get("network_calibration")

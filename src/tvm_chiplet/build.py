@@ -160,7 +160,7 @@ def compare_to_bound(sim: DeviceSimResult, graph: OpGraph, system: ChipletSystem
         "network": sim.network,
         "network_calibration": system.calibration.summary() if sim.calibrated else None,
         "simulated_cycles": float(sim.total_cycles),
-        "throughput_per_s": float(sim.throughput_per_cycle) * system.frequency_hz,
+        "throughput_per_s": sim.per_second(system.frequency_hz),
         "bound_cycles": bound.bound_cycles,
         "bound_binding": bound.binding,
         "ratio_to_bound": bound.ratio(sim.total_cycles),

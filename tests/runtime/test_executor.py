@@ -1,6 +1,8 @@
 """The host executor runs what plain TVM runs: 0-d inputs, tuple and shape results, models
 without compute ops; outputs compared with onnxruntime."""
 
+import json
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -77,6 +79,9 @@ def test_model_without_compute_runs_with_zero_device_time():
     module = tvm_chiplet.build(model, target="chiplet/cluster-4")
     assert module.plan["tasks"] == []
     assert [e["simulated_cycles"] for e in module.plan["estimate"]] == [0.0, 0.0]
+    # No device time is no rate; plan.json stays strict JSON (no Infinity).
+    assert [e["throughput_per_s"] for e in module.plan["estimate"]] == [None, None]
+    json.loads(json.dumps(module.plan), parse_constant=lambda name: pytest.fail(name))
     outputs = module.run(inputs).outputs
     expected = ort.InferenceSession(model.SerializeToString()).run(None, inputs)
     assert [out.dtype for out in outputs] == [ref.dtype for ref in expected]
