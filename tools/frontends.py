@@ -140,7 +140,21 @@ def _import(model: onnx.ModelProto, input_shapes: dict[str, list[int]],
     except Exception as err:
         first = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
         raise ModelLoadError(f"TVM could not import {source}: {first}") from None
-    return _complete_input_dtypes(mod, model)
+    return _with_onnx_input_names(_complete_input_dtypes(mod, model), model)
+
+
+ATTR_INPUT_NAMES = "chiplet.onnx_input_names"
+"""Module attribute: the ONNX names of ``main``'s parameters, in order, where TVM's importer
+changed them (``x:0`` becomes ``x_0``), so that inputs are given and named as the model names
+them."""
+
+
+def _with_onnx_input_names(mod: tvm.IRModule, model: onnx.ModelProto) -> tvm.IRModule:
+    names = [value.name for value in _graph_inputs(model)]
+    params = [param.name for param in mod["main"].params]
+    if len(names) != len(params) or names == params:
+        return mod
+    return mod.with_attr(ATTR_INPUT_NAMES, names)
 
 
 @mutator
@@ -296,19 +310,24 @@ def describe_inputs(model: str | os.PathLike | onnx.ModelProto) -> list[tuple[st
 
 
 def input_specs(mod: tvm.IRModule) -> list[InputSpec]:
-    """Name, static shape and dtype of each parameter of ``main``."""
+    """Name, static shape and dtype of each parameter of ``main``; named as the ONNX model
+    names its inputs (:data:`ATTR_INPUT_NAMES`) when TVM's importer renamed them."""
+    params = mod["main"].params
+    names = [param.name for param in params]
+    if mod.attrs is not None and ATTR_INPUT_NAMES in mod.attrs:
+        names = [str(name) for name in mod.attrs[ATTR_INPUT_NAMES]]
     specs = []
-    for param in mod["main"].params:
+    for name, param in zip(names, params, strict=True):
         ty = param.ty
         if not isinstance(ty, relax.TensorType) or not hasattr(ty.shape, "values"):
-            raise ModelLoadError(f"input {param.name!r} is not a tensor with a known shape ({ty})")
+            raise ModelLoadError(f"input {name!r} is not a tensor with a known shape ({ty})")
         dims = []
         for dim in ty.shape.values:
             if not isinstance(dim, tvm.tirx.IntImm):
                 raise ModelLoadError(
-                    f"input {param.name!r} has a symbolic dimension {dim}; give its shape with "
-                    f'--input-shapes "{param.name}:[...]"'
+                    f"input {name!r} has a symbolic dimension {dim}; give its shape with "
+                    f'--input-shapes "{name}:[...]"'
                 )
             dims.append(int(dim))
-        specs.append(InputSpec(param.name, tuple(dims), str(ty.dtype)))
+        specs.append(InputSpec(name, tuple(dims), str(ty.dtype)))
     return specs

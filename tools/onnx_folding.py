@@ -57,7 +57,8 @@ def fix_input_shapes(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> on
     fixed = onnx.ModelProto()
     fixed.CopyFrom(model)
     for value in fixed.graph.input:
-        if value.name not in shapes:
+        # Touching tensor_type of another type (an optional, a sequence) would make it one.
+        if value.name not in shapes or not value.type.HasField("tensor_type"):
             continue
         shape = value.type.tensor_type.shape
         shape.ClearField("dim")

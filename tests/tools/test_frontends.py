@@ -134,6 +134,24 @@ def test_optional_input_gets_the_dtype_the_model_declares():
     assert from_onnx(model)["main"].params[0].ty.dtype is None
     mod = load_model(model)
     assert str(mod["main"].params[0].ty.dtype) == "float32"
+    # Shape folding with the input's shape given leaves its optional type alone.
+    assert str(load_model(model, {"maybe": [4]})["main"].params[0].ty.dtype) == "float32"
     x = np.arange(4, dtype="float32")
     vm = tvm.relax.VirtualMachine(tvm.compile(mod, "llvm"), tvm.cpu())
     np.testing.assert_array_equal(vm["main"](tvm.runtime.tensor(x)).numpy(), x)
+
+
+def test_inputs_keep_their_onnx_names_when_tvm_renames_them():
+    model = shape_computing_model()
+    for node in model.graph.node:
+        node.input[:] = ["serving_default_x:0" if name == "x" else name for name in node.input]
+    model.graph.input[0].name = "serving_default_x:0"
+    with pytest.raises(ModelLoadError, match=r'symbolic dimension N; give its shape with '
+                                             r'--input-shapes "serving_default_x:0:\[\.\.\.\]"'):
+        tvm_chiplet.build(model, target="chiplet/cluster-4")
+    lib = tvm_chiplet.build(model, target="chiplet/cluster-4",
+                            input_shapes=parse_input_shapes("serving_default_x:0:[2,8]"))
+    assert [spec.name for spec in lib.input_specs] == ["serving_default_x:0"]
+    x = {"serving_default_x:0": np.arange(16, dtype="float32").reshape(2, 8)}
+    expected = ort.InferenceSession(model.SerializeToString()).run(None, x)[0]
+    np.testing.assert_allclose(lib.run(x).outputs[0], expected, rtol=1e-6)
