@@ -36,7 +36,8 @@ The model
 A link is busy while at least one message is transferring bytes over it (latency excluded).
 
 Multicast: messages that share a :attr:`SimMessage.multicast` id carry the same bytes from the
-same task to several tasks, as routers that replicate packets send them: ``"flow"`` moves them
+same task to several tasks, as routers that replicate packets, or clusters relaying a value
+around a ring (each route then follows the ring), send them: ``"flow"`` moves them
 as one transfer over the union of their routes (each link of that tree carries the bytes once,
 at the rate of the tree's most contended link), each arriving its own route's latency after the
 last byte; ``"analytical"`` has no contention to share, so it times each alone; link bytes count

@@ -25,6 +25,19 @@ weights instead (a *loan*: ``(borrower, lender, bytes)``, as a planner decides).
 borrower then fetches that share of each streamed item from the lender's SRAM, over the network,
 and only the rest from DRAM: the SRAM of all clusters acts as one pool in front of DRAM. A
 lender must keep all its own weights resident and hold its loans beside them.
+
+Fan-outs: rings and multicast
+-----------------------------
+An item's whole output read by items on several other clusters is one value sent to all of
+them. Those messages form one *shared transfer* (``"multicast"``: the index of its first
+message), which the simulator sends once over the union of their routes:
+
+- around a ring of the clusters involved, each forwarding it to its neighbour, when
+  :func:`~tvm_chiplet.targets.collectives.gather_ring` finds that an all-gather over them loads
+  the busiest link less that way (the messages' routes then follow the ring);
+- else, when every link on the system's routes has ``multicast`` routers, as one multicast
+  tree;
+- else as separate messages on the system's routes.
 """
 
 from __future__ import annotations
@@ -35,6 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tvm_chiplet.targets import cost_model
+from tvm_chiplet.targets.collectives import gather_ring, ring_route
 from tvm_chiplet.targets.system import ChipletSystem
 from tvm_chiplet.targets.topology import Topology
 
@@ -213,7 +227,8 @@ def build_workload(
         ``tasks[i]`` = ``{"name", "cluster", "cycles", "mac_pj", "sram_pj"}`` (compute only,
         energy from :func:`~tvm_chiplet.targets.cost_model.op_energy_pj`); ``messages`` =
         ``{"src", "dst", "bytes", "route", "multicast"}`` (empty route within a cluster;
-        ``multicast`` None or the index of the multicast's first message, module docstring);
+        ``multicast`` None or the index of the shared transfer's first message, module
+        docstring);
         ``weights_resident[c]``: whether cluster ``c`` keeps all its weights in SRAM;
         ``fetches`` = ``{"task", "cluster", "dram", "lender", "bytes", "route", "after"}``, one
         per streamed item and source: a DRAM controller (``dram``; ``lender`` None) or, with
@@ -259,24 +274,38 @@ def build_workload(
             route = topology.route(src, item.cluster) if src != item.cluster else []
             messages.append({"src": producer, "dst": index, "bytes": int(nbytes), "route": route,
                              "multicast": None})
-    _group_multicasts(items, messages, system)
+    _group_fan_outs(items, messages, system, topology)
     return tasks, messages, resident, fetches
 
 
-def _group_multicasts(items: Sequence[WorkItem], messages: list[dict],
-                      system: ChipletSystem) -> None:
-    """Mark the messages that carry an item's whole output to other clusters over multicast
-    links as one multicast each (module docstring)."""
+def _group_fan_outs(items: Sequence[WorkItem], messages: list[dict], system: ChipletSystem,
+                    topology: Topology) -> None:
+    """Make each item's whole output read on other clusters one shared transfer, around a ring
+    or as a multicast tree where that pays (module docstring)."""
     readers: dict[int, list[int]] = {}
     for index, message in enumerate(messages):
         whole = items[message["src"]].output_bytes
         if message["route"] and whole > 0 and message["bytes"] == int(whole):
             readers.setdefault(message["src"], []).append(index)
-    for group in readers.values():
-        links = {link for index in group for link in messages[index]["route"]}
-        if len(group) > 1 and all(system.links[link].multicast for link in links):
+    rings: dict[tuple[int, ...], tuple[int, ...] | None] = {}
+    for source, group in readers.items():
+        if len(group) < 2:
+            continue
+        src = items[source].cluster
+        members = tuple(sorted({src, *(items[messages[i]["dst"]].cluster for i in group)}))
+        if members not in rings:
+            rings[members] = gather_ring(topology, members)
+        ring = rings[members]
+        routes = {c: ring_route(topology, ring, src, c) for c in members if c != src} \
+            if ring is not None else {}
+        if routes and all(route is not None for route in routes.values()):
             for index in group:
-                messages[index]["multicast"] = group[0]
+                messages[index]["route"] = routes[items[messages[index]["dst"]].cluster]
+        elif not all(system.links[link].multicast
+                     for index in group for link in messages[index]["route"]):
+            continue
+        for index in group:
+            messages[index]["multicast"] = group[0]
 
 
 def _split_bytes(nbytes: int, shares: list[float]) -> list[int]:

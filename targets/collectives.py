@@ -1,0 +1,139 @@
+"""How a group of clusters shares values on the system's network: directly, or around a ring.
+
+When several clusters read one cluster's value (each part of an all-gather, a broadcast
+activation), it can go directly from its holder to every reader on the system's routes (as one
+multicast tree where every link on the way multicasts), or around a ring of the group: each
+member forwards what it received to its ring neighbour, both ways round, so the value crosses
+each ring hop once and only neighbours talk (what ring all-gathers do, pipelined in chunks).
+:func:`gather_ring` models the busiest link of an all-gather both ways on the topology's routes
+and returns the ring when it carries less; :func:`ring_route` is a reader's path around it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from tvm_chiplet.targets.topology import Topology
+
+RING_GAIN = 0.9
+"""The ring is chosen when its busiest link carries at most this fraction of the direct
+gather's: relaying costs a hop of latency and a copy per member, so a tie goes direct."""
+
+_SEARCH_LIMIT = 20_000
+"""Nodes a ring search may visit before it settles for the best open path found."""
+
+
+def ring_order(topology: Topology, clusters: Sequence[int]) -> list[int]:
+    """``clusters`` in a ring order whose consecutive members are one link apart wherever the
+    topology allows: a Hamiltonian cycle of the group's links (a path from a member to one of
+    its neighbours, found by depth-first search taking the neighbour with the fewest onward
+    choices first), else a Hamiltonian path (closed by a route), else the longest path found
+    with the rest appended (reached by routes)."""
+    members = list(dict.fromkeys(clusters))
+    near = {c: [d for d in members if d != c and len(topology.route(c, d)) == 1
+                and len(topology.route(d, c)) == 1] for c in members}
+    start = members[0]
+    best: list[int] = [start]
+    for goal in [*near[start][:2], None]:  # a cycle through a neighbour, else an open path
+        found = _path_to(near, members, start, goal, best)
+        if found:
+            return found
+    return best + [c for c in members if c not in set(best)]
+
+
+def _path_to(near: dict[int, list[int]], members: list[int], start: int, goal: int | None,
+             best: list[int]) -> list[int] | None:
+    """A path from ``start`` through every member that ends at ``goal`` (a neighbour of
+    ``start``, closing a ring), visiting ``goal`` last; ``best`` keeps the longest path seen."""
+    path, seen, visited = [start], {start}, 0
+
+    def extend() -> bool:
+        nonlocal visited
+        visited += 1
+        if len(path) > len(best):
+            best[:] = path
+        if len(path) == len(members):
+            return goal is None or path[-1] == goal
+        if visited > _SEARCH_LIMIT:
+            return False
+        last_step = len(path) == len(members) - 1
+        options = [d for d in near[path[-1]] if d not in seen and (d != goal or last_step)]
+        options.sort(key=lambda d: (sum(e not in seen for e in near[d]), d))
+        for d in options:
+            path.append(d)
+            seen.add(d)
+            if not stranded(d) and extend():
+                return True
+            path.pop()
+            seen.discard(d)
+        return False
+
+    def stranded(end: int) -> bool:
+        """Whether some unvisited member can no longer lie on the path: inside a ring it needs
+        two neighbours among the unvisited and the path's end (the goal, which ends it, one);
+        on an open path (no goal) one."""
+        for u in members:
+            if u in seen:
+                continue
+            free = sum(1 for v in near[u] if v not in seen or v == end)
+            if free < (2 if goal is not None and u != goal else 1):
+                return True
+        return False
+
+    return list(path) if extend() else None
+
+
+def _busiest(loads: Counter) -> int:
+    return max(loads.values(), default=0)
+
+
+def direct_load(topology: Topology, clusters: Sequence[int]) -> Counter:
+    """Parts each link carries when every member sends its part to every other directly."""
+    loads: Counter = Counter()
+    for source in clusters:
+        routes = [topology.route(source, d) for d in clusters if d != source]
+        links = [link for route in routes for link in route]
+        if all(topology.system.links[link].multicast for link in links):
+            links = list(set(links))  # one multicast tree: each link once
+        loads.update(links)
+    return loads
+
+
+def ring_load(topology: Topology, order: Sequence[int]) -> Counter:
+    """Parts each link carries when every part is relayed around ``order`` both ways, each
+    member receiving it once (from the nearer side)."""
+    k = len(order)
+    loads: Counter = Counter()
+    for i in range(k):
+        for step, count in ((1, k // 2), (-1, (k - 1) // 2)):
+            for d in range(count):
+                a, b = order[(i + step * d) % k], order[(i + step * (d + 1)) % k]
+                loads.update(topology.route(a, b))
+    return loads
+
+
+def gather_ring(topology: Topology, clusters: Sequence[int]) -> tuple[int, ...] | None:
+    """The ring order to all-gather ``clusters`` around, or None when sending directly loads
+    the busiest link as little (module docstring)."""
+    if len(set(clusters)) < 3:
+        return None
+    order = ring_order(topology, clusters)
+    ring = _busiest(ring_load(topology, order))
+    if ring <= RING_GAIN * _busiest(direct_load(topology, clusters)):
+        return tuple(order)
+    return None
+
+
+def ring_route(topology: Topology, ring: Sequence[int], src: int, dst: int) -> list[int] | None:
+    """The links from ``src`` to ``dst`` around ``ring`` the shorter way (hop by hop on the
+    system's routes), or None when that path would cross a link twice."""
+    k = len(ring)
+    at, goal = ring.index(src), ring.index(dst)
+    step = 1 if (goal - at) % k <= (at - goal) % k else -1
+    links: list[int] = []
+    while at != goal:
+        nxt = (at + step) % k
+        links += topology.route(ring[at], ring[nxt])
+        at = nxt
+    return links if len(set(links)) == len(links) else None

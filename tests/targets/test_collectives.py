@@ -1,0 +1,61 @@
+"""How a group all-gathers: a ring of neighbours where it loads the busiest link less than
+sending every part directly (as multicast trees where links multicast)."""
+
+import pytest
+
+from tvm_chiplet.targets.collectives import direct_load, gather_ring, ring_load, ring_order
+from tvm_chiplet.targets.system_generators import mesh_system
+from tvm_chiplet.targets.system_toml import load_system
+from tvm_chiplet.targets.topology import Topology
+
+
+def busiest(loads):
+    return max(loads.values())
+
+
+def hops(topology, order):
+    return [len(topology.route(a, b)) for a, b in zip(order, [*order[1:], order[0]], strict=True)]
+
+
+@pytest.mark.parametrize(("rows", "cols"), [(4, 4), (6, 6), (2, 8), (8, 8)])
+def test_an_even_grid_gets_a_ring_of_neighbours(rows, cols):
+    topology = Topology(mesh_system(rows, cols))
+    order = ring_order(topology, range(rows * cols))
+    assert sorted(order) == list(range(rows * cols))
+    assert hops(topology, order) == [1] * (rows * cols)
+
+
+def test_an_odd_grid_has_no_ring_so_one_hop_is_longer():
+    topology = Topology(mesh_system(5, 5))
+    order = ring_order(topology, range(25))
+    assert sorted(order) == list(range(25))
+    assert sorted(hops(topology, order))[:-1] == [1] * 24  # a 5x5 grid has no Hamiltonian cycle
+
+
+def test_a_sub_group_rings_its_own_members():
+    topology = Topology(mesh_system(4, 4))
+    group = [1, 2, 5, 6, 9, 10]  # a 3x2 block
+    order = ring_order(topology, group)
+    assert sorted(order) == group and hops(topology, order) == [1] * 6
+
+
+def test_the_ring_halves_the_busiest_link_of_a_direct_gather_on_a_mesh():
+    topology = Topology(load_system("mesh-4x4"))
+    members = range(16)
+    assert busiest(direct_load(topology, members)) == 16
+    assert busiest(ring_load(topology, ring_order(topology, members))) == 8
+    assert gather_ring(topology, members) is not None
+
+
+def test_multicast_trees_are_counted_once_per_link_and_the_ring_still_wins_on_simba():
+    topology = Topology(load_system("simba-6x6"))
+    unicast = Topology(mesh_system(6, 6))
+    members = range(36)
+    assert busiest(direct_load(topology, members)) < busiest(direct_load(unicast, members))
+    assert gather_ring(topology, members) is not None
+
+
+def test_small_groups_and_ties_gather_directly():
+    topology = Topology(load_system("mesh-4x4"))
+    assert gather_ring(topology, [0, 1]) is None
+    assert gather_ring(topology, [0, 1, 5, 4]) is None  # a 2x2 block: no busier link directly
