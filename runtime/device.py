@@ -19,6 +19,7 @@ import numpy as np
 from tvm_chiplet.runtime.simulator import SimMessage, SimResult, SimTask, simulate
 from tvm_chiplet.targets.cost_model import static_energy_pj
 from tvm_chiplet.targets.system import ChipletSystem
+from tvm_chiplet.targets.topology import Topology
 
 ENERGY_TERMS = ("compute", "sram", "noc", "nop", "dram", "static")
 """The parts of :attr:`Energy.per_inference_pj`: MACs, SRAM accesses, on-chip and die-to-die
@@ -121,6 +122,11 @@ def simulate_workload(
     ``ceil(batches / copies)`` rounds of every copy, so when ``copies`` does not divide
     ``batches`` the last round runs a few inputs more than asked for.
 
+    A shared transfer (``"multicast"``: a multicast tree or a ring relay, see
+    :mod:`~tvm_chiplet.targets.workload`) is one transfer over its routes, except with the
+    ``flit`` network, whose routers neither replicate nor relay: there each copy goes alone on
+    the system's own route.
+
     With the ``flow`` network, a system's :attr:`~ChipletSystem.calibration` scales each link's
     and controller's bandwidth by its kind's efficiency (fitted against the ``flit`` model).
     Each DRAM controller becomes a link of its bandwidth in front of the fetch's route (a part
@@ -143,6 +149,8 @@ def simulate_workload(
                                                                       strict=True)]
     latency = [link.latency for link in links] + [0.0] * len(system.drams)
     sim_tasks = [SimTask(t["name"], t["cluster"], float(t["cycles"])) for t in tasks]
+    if network == "flit":
+        messages = _unshared(tasks, messages, system)
     sim_messages = [
         SimMessage(m["src"], m["dst"], int(m["bytes"]), list(m["route"]), m.get("multicast"))
         for m in messages
@@ -205,6 +213,21 @@ def simulate_workload(
         energy=run_energy(tasks, system, sim, rounds, rounds * copies, sim.link_bytes[k:]),
         calibrated=calibration is not None,
     )
+
+
+def _unshared(tasks: list[dict], messages: list[dict], system: ChipletSystem) -> list[dict]:
+    """``messages`` with every copy of a shared transfer sent alone on the system's own route:
+    the ``flit`` routers neither replicate packets nor relay around a ring."""
+    topology = None
+    unshared = []
+    for message in messages:
+        if message.get("multicast") is not None:
+            topology = topology or Topology(system)
+            route = topology.route(tasks[message["src"]]["cluster"],
+                                   tasks[message["dst"]]["cluster"])
+            message = {**message, "route": route, "multicast": None}
+        unshared.append(message)
+    return unshared
 
 
 def simulate_plan(

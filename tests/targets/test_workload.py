@@ -1,7 +1,9 @@
+import numpy as np
 import pytest
 
 from tvm_chiplet.runtime.device import simulate_workload
 from tvm_chiplet.targets.system_generators import mesh_system
+from tvm_chiplet.targets.topology import Topology
 from tvm_chiplet.targets.workload import WorkItem, build_workload, streamed_bytes
 
 WEIGHTS = 64_000
@@ -196,3 +198,19 @@ def test_parts_of_an_output_and_lone_readers_stay_unicast():
     system, items = _fan_out([60, 60, 120])
     _, messages, _, _ = build_workload(items, system)
     assert [m["multicast"] for m in messages] == [None, None, None]
+
+
+def test_the_flit_model_sends_each_copy_of_a_ring_relay_on_the_systems_route():
+    system = mesh_system(4, 4, bandwidth=10.0, latency=1.0)  # the ring pays on a 4x4 mesh
+    items = [WorkItem("a", 0, 2.0, 8.0, 0.0, output_bytes=120)]
+    items += [WorkItem(f"r{c}", c, 2.0, 8.0, 0.0, [(0, 120)]) for c in range(1, 16)]
+    tasks, messages, _, fetches = build_workload(items, system)
+    assert {m["multicast"] for m in messages} == {0}
+    topology = Topology(system)
+    direct = [{**m, "multicast": None, "route": topology.route(0, tasks[m["dst"]]["cluster"])}
+              for m in messages]
+    assert [m["route"] for m in messages] != [m["route"] for m in direct]
+    flit = simulate_workload(tasks, messages, system, network="flit", fetches=fetches)
+    alone = simulate_workload(tasks, direct, system, network="flit", fetches=fetches)
+    np.testing.assert_array_equal(flit.link_bytes, alone.link_bytes)
+    assert flit.total_cycles == alone.total_cycles
