@@ -158,17 +158,7 @@ def _template(call: relax.Call) -> relax.Call:
 def _legalize(template: relax.Call) -> _Lowered | None:
     """Legalize ``template`` with ``LegalizeOps``; None unless it becomes one ``call_tir`` of
     a PrimFunc whose arguments are template operands."""
-    params: list[relax.Var] = []
-
-    def collect(arg: relax.Expr) -> None:
-        if isinstance(arg, relax.Tuple):
-            for field in arg.fields:
-                collect(field)
-        elif isinstance(arg, relax.Var):
-            params.append(arg)
-
-    for arg in template.args:
-        collect(arg)
+    params = _operands(template)  # the fresh Vars of :func:`_template`
     bb = relax.BlockBuilder()
     try:
         with bb.function("main", params):

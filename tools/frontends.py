@@ -92,14 +92,14 @@ def _graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
 
 def onnx_to_relax(
     model: onnx.ModelProto, input_shapes: dict[str, list[int]] | None = None, source: str = "model",
-    fold: bool = True, report: Callable[[str], None] | None = None,
+    report: Callable[[str], None] | None = None,
 ) -> tvm.IRModule:
     """Import an ONNX model into Relax, naming unsupported operators and their nodes.
 
-    With ``fold`` (the default), the graph's shape computations are folded first for the static
-    input shapes (:func:`~tvm_chiplet.tools.onnx_folding.fold_shapes`); when folding fails, or
-    the folded graph does not import but the graph as written does, the graph as written is
-    imported. ``report`` receives a line saying what was folded, or why nothing was.
+    The graph's shape computations are folded first for the static input shapes
+    (:func:`~tvm_chiplet.tools.onnx_folding.fold_shapes`); when folding fails, or the folded
+    graph does not import but the graph as written does, the graph as written is imported.
+    ``report`` receives a line saying what was folded, or why nothing was.
     """
     input_shapes = dict(input_shapes or {})
     names = [i.name for i in _graph_inputs(model)]
@@ -108,25 +108,21 @@ def onnx_to_relax(
         raise ModelLoadError(
             f"--input-shapes names {unknown} but {source} has inputs {names}"
         )
-    if not fold:
-        return _import(model, input_shapes, source)
     folded, folding = fold_shapes(model, input_shapes)
     if report and (folding.changed or folding.error):
         report(folding.summary())
     try:
         return _import(folded, input_shapes, source)
-    except ModelLoadError:
+    except ModelLoadError as folded_error:
         if folded is model:
             raise
         try:
             mod = _import(model, input_shapes, source)
         except ModelLoadError:
-            pass
-        else:
-            if report:
-                report("the folded graph did not import; imported the graph as written")
-            return mod
-        raise
+            raise folded_error from None
+    if report:
+        report("the folded graph did not import; imported the graph as written")
+    return mod
 
 
 def _import(model: onnx.ModelProto, input_shapes: dict[str, list[int]],

@@ -195,7 +195,7 @@ class _Recurrent(OnnxOpConverter):
         return []
 
     @staticmethod
-    def _gate(bb, values, k: int, hidden: int):
+    def _gate(values, k: int, hidden: int):
         return relax.op.strided_slice(values, [1], [k * hidden], [(k + 1) * hidden])
 
     @staticmethod
@@ -230,7 +230,7 @@ class LSTM(_Recurrent):
         if r_bias is not None:
             gates = relax.op.add(gates, r_bias)
         gates = bb.emit(gates)
-        i_, o_, f_, c_ = (bb.emit(cls._gate(bb, gates, k, hidden)) for k in range(4))
+        i_, o_, f_, c_ = (bb.emit(cls._gate(gates, k, hidden)) for k in range(4))
         peepholes = state[1]
         if peepholes is not None:
             p_i, p_o, p_f = (cls._row(bb, peepholes, d, k * hidden, (k + 1) * hidden)
@@ -265,8 +265,8 @@ class GRU(_Recurrent):
             zr = relax.op.add(zr, relax.op.strided_slice(r_bias, [0], [0], [2 * hidden]))
             rb_h = relax.op.strided_slice(r_bias, [0], [2 * hidden], [3 * hidden])
         zr = bb.emit(zr)
-        z = bb.emit(f(cls._clip(cls._gate(bb, zr, 0, hidden), clip)))
-        reset = bb.emit(f(cls._clip(cls._gate(bb, zr, 1, hidden), clip)))
+        z = bb.emit(f(cls._clip(cls._gate(zr, 0, hidden), clip)))
+        reset = bb.emit(f(cls._clip(cls._gate(zr, 1, hidden), clip)))
         r_h_t = relax.op.permute_dims(r_h, [1, 0])
         if int(attr.get("linear_before_reset", 0)):
             hr = relax.op.matmul(h, r_h_t)
@@ -277,7 +277,7 @@ class GRU(_Recurrent):
             hr = relax.op.matmul(relax.op.multiply(reset, h), r_h_t)
             if rb_h is not None:
                 hr = relax.op.add(hr, rb_h)
-        candidate = bb.emit(g(cls._clip(relax.op.add(cls._gate(bb, xw_t, 2, hidden), hr), clip)))
+        candidate = bb.emit(g(cls._clip(relax.op.add(cls._gate(xw_t, 2, hidden), hr), clip)))
         one = relax.const(1.0, xw_t.ty.dtype)
         h = bb.emit(relax.op.add(relax.op.multiply(relax.op.subtract(one, z), candidate),
                                  relax.op.multiply(z, h)))
