@@ -147,6 +147,7 @@ class _Distributor:
         self.cluster_of: dict[relax.Var, int] = {}
         self._crossing: dict[tuple[relax.Var, int], relax.Var] = {}
         self._whole: dict[tuple[relax.Var, int], relax.Expr] = {}
+        self.users: dict[relax.Var, list[relax.VarBinding]] = {}  # the bindings reading a Var
 
     # -- emitting ------------------------------------------------------------------------------
 
@@ -246,11 +247,12 @@ class _Distributor:
         return total
 
     def reduce_scatter(self, value: relax.Var) -> _Sharded:
-        """A partial value summed into parts sharded over its own clusters (channels of an NCHW
-        tensor, else the last axis)."""
+        """A partial value summed into parts sharded over its own clusters: along the channels
+        of an NCHW tensor, else the last axis, unless the ops that follow it cannot follow that
+        axis and can follow another (:meth:`_scatter_axis`)."""
         layout = self.layout[value]
         shape = _shape(layout.parts[0])
-        axis = 1 if len(shape) == 4 else len(shape) - 1
+        axis = self._scatter_axis(value, shape)
         k = min(len(layout.clusters), shape[axis])
         bounds = tuple(even_bounds(shape[axis], k))
         clusters = layout.clusters[:k]
@@ -259,6 +261,42 @@ class _Distributor:
         sharded = _Sharded(axis, bounds, parts, clusters)
         self.layout[value] = sharded
         return sharded
+
+    def _scatter_axis(self, value: relax.Var, shape: list[int]) -> int:
+        """The axis to scatter ``value`` along: the preferred one (channels of an NCHW tensor,
+        else the last), or else the first axis from the last whose consumers keep it
+        (:meth:`_kept`, e.g. a layer norm after a residual add keeps the rows, not the last
+        axis it normalises)."""
+        rank = len(shape)
+        preferred = 1 if rank == 4 else rank - 1
+        for axis in (preferred, *range(rank - 1, -1, -1)):
+            if shape[axis] > 1 and self._kept(value, axis, rank, depth=8):
+                return axis
+        return preferred
+
+    def _kept(self, var: relax.Var, axis: int, rank: int, depth: int) -> bool:
+        """Whether every consumer of ``var`` (sharded along ``axis``) can follow that layout,
+        through chains of elementwise ops up to ``depth`` deep."""
+        if depth == 0:
+            return True
+        for user in self.users.get(var, ()):
+            call = user.value
+            if not (isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op)):
+                continue
+            if user.var in self.splits or call.op.name == "relax.matmul":
+                continue  # anchors cut what they read; activation matmuls follow or gather
+            out = static_shape(user.var)
+            if out is None or None in out:
+                return False
+            if call.op.name in ELEMENTWISE_OPS:
+                followed = axis + len(out) - rank
+            elif call.op.name == "relax.reshape":
+                continue
+            else:
+                followed = self._followed_axis(call, axis, rank)
+            if followed is None or not self._kept(user.var, followed, len(out), depth - 1):
+                return False
+        return True
 
     # -- rules ---------------------------------------------------------------------------------
 
@@ -582,6 +620,9 @@ def _distribute(mod: tvm.IRModule, splits: Sequence[DistributedSplit],
             f"got {len(blocks)} block(s)"
         )
     dist = _Distributor(plan, placed or {}, home)
+    for binding in blocks[0].bindings:
+        for var in relax.analysis.free_vars(binding.value):
+            dist.users.setdefault(var, []).append(binding)
     outputs = {}
     attrs = {str(k): v for k, v in main.attrs.items()} if main.attrs else None
     with dist.bb.function("main", list(main.params), attrs=attrs):
@@ -743,7 +784,32 @@ def distribute_and_reduce(mod: tvm.IRModule, splits: Sequence[DistributedSplit],
             if binding.var not in cluster_of:
                 operands = [v for v in relax.analysis.free_vars(binding.value) if v in cluster_of]
                 cluster_of[binding.var] = cluster_of[operands[0]] if operands else home
-    reduced = drop_boundaries(reduced)
+    reduced = _by_level(drop_boundaries(reduced))
     clusters = [cluster_of[b.var] for block in reduced["main"].body.blocks
                 for b in block.bindings]
     return reduced, clusters
+
+
+def _by_level(mod: tvm.IRModule) -> tvm.IRModule:
+    """``mod`` with the bindings of each block of ``main`` in order of their level (the
+    longest chain of bindings of the block they depend on), stably.
+
+    Each cluster runs its ops in binding order. As DistributeTensors emits a redistribution
+    part by part, a cluster would cut the pieces it sends for part ``p + 1`` only after its
+    own part ``p`` is done, which waits for the others' pieces: every part would wait for the
+    one before. By level, every cluster first cuts and sends what the others need, then
+    assembles and computes its own part.
+    """
+    main = mod["main"]
+    blocks = []
+    for block in main.body.blocks:
+        level: dict[relax.Var, int] = {}
+        for binding in block.bindings:
+            level[binding.var] = 1 + max(
+                (level[v] for v in relax.analysis.free_vars(binding.value) if v in level),
+                default=-1)
+        ordered = sorted(block.bindings, key=lambda b: level[b.var])
+        blocks.append(type(block)(ordered))
+    body = relax.SeqExpr(blocks, main.body.body)
+    return _with_main(mod, relax.Function(main.params, body, main.ret_ty, main.is_pure,
+                                          main.attrs))

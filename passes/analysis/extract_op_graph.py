@@ -162,8 +162,9 @@ def call_tir_weight_bytes(call: relax.Call, device_dtype: str | None = None) -> 
     name = call.args[0].name_hint
     cap = None
     if any(re.fullmatch(r"take\d*", part) for part in name.split("_")):
-        cap = tensor_bytes(call.ty, f"result of {name}", device_dtype) if isinstance(
-            call.ty, relax.TensorType) else None
+        out = call.ty_args[0] if call.ty_args else call.ty  # the call_tir's declared output
+        cap = tensor_bytes(out, f"result of {name}", device_dtype) if isinstance(
+            out, relax.TensorType) else None
     total = 0
     for arg in call.args[1].fields:
         if isinstance(arg, tvm.ir.GenericConst):
@@ -174,6 +175,16 @@ def call_tir_weight_bytes(call: relax.Call, device_dtype: str | None = None) -> 
 
 def _value_vars(expr: relax.Expr) -> list[relax.Var]:
     return list(relax.analysis.free_vars(expr))
+
+
+_SLICE = re.compile(r"strided_slice\d*")
+"""Kernels that copy a region of their input (FuseOps names a lone op's kernel after it)."""
+
+
+def read_bytes(kernel: str, operand_bytes: int, output_bytes: int) -> int:
+    """Bytes a kernel reads of its tensor operands (``operand_bytes`` in all): a slice reads
+    only the region it copies."""
+    return min(operand_bytes, output_bytes) if _SLICE.fullmatch(kernel) else operand_bytes
 
 
 def extract_op_graph(mod: tvm.IRModule, device_dtype: str | None = None) -> OpGraph:
@@ -231,6 +242,8 @@ def extract_op_graph(mod: tvm.IRModule, device_dtype: str | None = None) -> OpGr
             elif var in param_index:
                 input_uses[param_index[var]].append(op_id)
             input_bytes += nbytes
+        if kind == "call_tir":
+            input_bytes = read_bytes(name, input_bytes, out_bytes)
         defined_by[binding.var] = op_id
         ops.append(OpNode(op_id, name, kind, flops, input_bytes, out_bytes, weight_bytes))
 

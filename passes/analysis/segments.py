@@ -13,6 +13,7 @@ from tvm_chiplet.passes.analysis.extract_op_graph import (
     call_tir_weight_bytes,
     has_static_shape,
     main_bindings,
+    read_bytes,
     tensor_bytes,
 )
 from tvm_chiplet.passes.attrs import ATTR_CLUSTER, CALL_TIR, call_placement
@@ -159,8 +160,9 @@ def _segment_tasks(mod, func, segment, producers, tasks, data_dependent, flop_ca
                     nbytes = tensor_bytes(var.ty, var.name, device_dtype)
                     deps[producer] = deps.get(producer, 0) + nbytes
             weight_bytes = call_tir_weight_bytes(value, device_dtype)
-            moved = sum(tensor_bytes(v.ty, v.name, device_dtype) for v in reads)
             output = tensor_bytes(binding.var.ty, binding.var.name, device_dtype)
+            moved = read_bytes(value.args[0].name_hint, sum(
+                tensor_bytes(v.ty, v.name, device_dtype) for v in reads), output)
             moved += output + weight_bytes
             tasks.append(
                 Task(

@@ -7,16 +7,9 @@ distributed, and collectives only where a consumer needs another layout.
 
 from __future__ import annotations
 
-from tvm_chiplet.passes.analysis.dependency_modules import op_depth
 from tvm_chiplet.passes.planners.base import PlanningProblem
-from tvm_chiplet.passes.planners.placement import (
-    WEIGHT_DIMS,
-    OpSplit,
-    Placement,
-    PlanningError,
-    part_bytes,
-)
-from tvm_chiplet.targets import cost_model
+from tvm_chiplet.passes.planners.layouts import LayoutCosts, plan_cost
+from tvm_chiplet.passes.planners.placement import OpSplit, Placement, PlanningError
 
 
 def _require_split_dims(problem: PlanningProblem, strategy: str) -> None:
@@ -28,123 +21,99 @@ def _require_split_dims(problem: PlanningProblem, strategy: str) -> None:
         )
 
 
-def hub_cluster(problem: PlanningProblem) -> int:
-    """The cluster with the fewest total hops to all others (lowest id on ties)."""
-    topology, clusters = problem.topology, range(problem.system.num_clusters)
-    return min(clusters, key=lambda c: (sum(topology.hops(c, o) for o in clusters), c))
-
-
-def depth_modules(problem: PlanningProblem) -> list[list[int]]:
-    """Ops grouped by their depth (:func:`~.dependency_modules.op_depth`)."""
-    modules: dict[int, list[int]] = {}
-    for node, depth in enumerate(op_depth(problem.graph)):
-        modules.setdefault(depth, []).append(node)
-    return [modules[d] for d in sorted(modules)]
-
-
 class TensorParallelPlanner:
-    """Split each op over the clusters around a hub when that lowers its modeled time.
+    """Split each conv2d / matmul over a 2-D group of clusters, in the layout that makes the
+    whole model fastest, with the parts kept distributed between ops.
 
-    Ops are grouped into scheduling modules by depth. Within a module, each op picks the
-    combination of a split dimension and an allocation (the ``k`` clusters nearest the hub, ``k``
-    a power of two up to ``max_parts``, or no split) with least cost: the slowest part's compute
-    (weights streamed from DRAM once a cluster's SRAM is full), plus the re-distribution traffic
-    (scattering the inputs from the hub, gathering the parts back), where the hub's own links
-    are shared by all parts. Ops of one module take disjoint allocations so that independent
-    branches run side by side. Ops that cannot be split run on the hub.
+    Each op chooses a split dimension (:data:`~.placement.SPLIT_DIMS`: output or input
+    channels, rows, batch; matmul columns, reduction, rows, batch) and a group among the
+    nested sub-meshes of :func:`~.layouts.allocation_groups`, or runs whole on the first
+    cluster. The choice is joint over the model (CN115829017B's strategy x allocation): the
+    cost (:func:`~.layouts.plan_cost`) runs the ops one after another, each split op's slowest
+    part (weights stationary while its clusters' SRAM holds them, else streamed from DRAM),
+    plus every redistribution between a producer's layout and what its consumer needs, timed
+    on the busiest link of the collective's messages. A consumer whose layout matches its
+    producer's (an input-channel split after an output-channel split over the same group,
+    two row splits) pays nothing, so chains of such pairs keep activations distributed.
+
+    The search starts from the layer-sequential choice (every op over the largest group along
+    its weights) and changes one op at a time to its best option given all others, sweep after
+    sweep, until a sweep gains nothing (at most ``sweeps``).
 
     Parameters
     ----------
     max_parts : int, optional
         Most parts per op (default: every cluster).
+    sweeps : int, default 4
+        Most passes of the search over the ops.
     """
 
     name = "tensor-parallel"
 
-    def __init__(self, max_parts: int | None = None) -> None:
+    def __init__(self, max_parts: int | None = None, sweeps: int = 4) -> None:
         if max_parts is not None and max_parts < 1:
             raise PlanningError(f"max_parts must be >= 1, got {max_parts}")
+        if sweeps < 1:
+            raise PlanningError(f"sweeps must be >= 1, got {sweeps}")
         self.max_parts = max_parts
+        self.sweeps = sweeps
 
     def plan(self, problem: PlanningProblem) -> Placement:
         _require_split_dims(problem, self.name)
-        system, topology, graph = problem.system, problem.topology, problem.graph
-        hub = hub_cluster(problem)
-        near = sorted(range(system.num_clusters), key=lambda c: (topology.hops(hub, c), c))
-        hub_out = sum(link.bandwidth for link in system.links if link.src == hub) or 1.0
-        weights_on = [0.0] * system.num_clusters
-        splits, total, op_stage = [], 0.0, [0] * len(graph.ops)
-        for stage, module in enumerate(depth_modules(problem)):
-            free = list(near)
-            compute_ops = [i for i in module if graph.ops[i].is_compute]
-            for op_id in module:
-                op_stage[op_id] = stage
-            for rank, op_id in enumerate(compute_ops):
-                share = free if rank == len(compute_ops) - 1 else free[: max(
-                    1, len(free) // (len(compute_ops) - rank))]
-                cost, dim, clusters = self._best(problem, op_id, share, weights_on, hub, hub_out)
-                total += cost
-                op = graph.ops[op_id]
-                part_weights = op.weight_bytes / len(clusters) if dim in WEIGHT_DIMS else (
-                    op.weight_bytes)
-                for c in clusters:
-                    weights_on[c] += part_weights
-                if dim is not None:
-                    splits.append(OpSplit(op_id, dim, tuple(clusters)))
-                if len(compute_ops) > 1:
-                    free = [c for c in free if c not in clusters] or list(near)
+        costs = LayoutCosts(problem)
+        limit = self.max_parts or problem.system.num_clusters
+        options = {op_id: self._options(costs, dims, limit)
+                   for op_id, dims in sorted(problem.split_dims.items())}
+        choice = {op_id: opts[-1] for op_id, opts in options.items()}
+        best = plan_cost(costs, choice)
+        sweeps = 0
+        for sweeps in range(1, self.sweeps + 1):  # noqa: B007 (reported below)
+            gained = False
+            for op_id, opts in options.items():
+                kept = choice[op_id]
+                for option in opts:
+                    if option == kept:
+                        continue
+                    choice[op_id] = option
+                    cost = plan_cost(costs, choice)
+                    if cost < best * (1 - 1e-9):
+                        best, kept, gained = cost, option, True
+                choice[op_id] = kept
+            if not gained:
+                break
+        groups = [g.members for g in costs.groups]
+        splits = tuple(OpSplit(op_id, dim, groups[group])
+                       for op_id, option in choice.items() if option is not None
+                       for dim, group in [option])
+        home = groups[0][0]
+        n = len(problem.graph.ops)
         return Placement(
             strategy=self.name,
-            op_cluster=(hub,) * len(graph.ops),
-            op_stage=tuple(op_stage),
-            stage_clusters=(hub,),
-            objective_cycles=total,
-            notes={"hub": hub, "split_ops": len(splits)},
-            splits=tuple(splits),
+            op_cluster=(home,) * n,
+            op_stage=(0,) * n,
+            stage_clusters=(home,),
+            objective_cycles=best,
+            notes={"split_ops": len(splits), "sweeps": sweeps,
+                   "groups": sorted({len(s.clusters) for s in splits})},
+            splits=splits,
         )
 
-    def _best(self, problem, op_id, allowed, weights_on, hub, hub_out):
-        """(cost, dim or None, clusters) of the cheapest way to run ``op_id``."""
-        op = problem.graph.ops[op_id]
-        options = [(None, 1)]
-        limit = min(len(allowed), self.max_parts or len(allowed))
-        for dim, size in problem.split_dims.get(op_id, {}).items():
-            k = 2
-            while k <= min(limit, size):
-                options.append((dim, k))
-                k *= 2
-            if min(limit, size) >= 2 and min(limit, size) & (min(limit, size) - 1):
-                options.append((dim, min(limit, size)))
-        best = None
-        for dim, k in options:
-            clusters = allowed[:k] if dim is not None else [allowed[0]]
-            cost = _split_cost(problem, op, dim, clusters, weights_on, hub, hub_out)
-            if best is None or cost < best[0] - 1e-9:
-                best = (cost, dim, clusters)
-        return best
-
-
-def _split_cost(problem, op, dim, clusters, weights_on, hub, hub_out) -> float:
-    """Modeled cycles of ``op`` split along ``dim`` over ``clusters`` (``dim=None``: whole)."""
-    system = problem.system
-    k = len(clusters)
-    part_in, part_out, weights = part_bytes(op.input_bytes, op.output_bytes, op.weight_bytes,
-                                            dim, k)
-    compute = 0.0
-    for c in clusters:
-        cluster = system.clusters[c]
-        resident = weights_on[c] + weights <= cluster.sram_bytes
-        compute = max(compute, cost_model.op_cycles(
-            op.flops / k, part_in + part_out + weights, weights, cluster, system,
-            weights_resident=resident,
-        ))
-    remote = [c for c in clusters if c != hub]
-    if not remote:
-        return compute
-    scatter = max(problem.transfer_cycles(int(part_in), hub, c) for c in remote)
-    gather = max(problem.transfer_cycles(int(part_out), c, hub) for c in remote)
-    shared = len(remote) * (part_in + part_out) / hub_out
-    return compute + max(scatter + gather, shared)
+    @staticmethod
+    def _options(costs: LayoutCosts, dims: dict[str, int], limit: int
+                 ) -> list[tuple[str, int] | None]:
+        """Whole (None), then every (dim, group) the op's sizes allow; last: the
+        layer-sequential choice (the first weight dimension over the largest group)."""
+        options: list[tuple[str, int] | None] = [None]
+        for dim, size in dims.items():
+            for index, group in enumerate(costs.groups):
+                if 2 <= group.size <= min(size, limit):
+                    options.append((dim, index))
+        weight = next((d for d in LAYER_SEQUENTIAL_DIMS if d in dims), None)
+        fits = [o for o in options if o is not None and o[0] == weight]
+        if fits:
+            options.remove(fits[-1])
+            options.append(fits[-1])
+        return options
 
 
 LAYER_SEQUENTIAL_DIMS = ("out_channels", "cols", "rows", "batch")

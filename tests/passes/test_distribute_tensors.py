@@ -162,3 +162,46 @@ def test_a_matmul_of_activations_does_not_follow_an_operand_sharded_on_its_reduc
 def test_bad_splits_name_the_anchor_and_the_dimension(split, message):
     with pytest.raises(PlanningError, match=message):
         distribute_and_reduce(conv_chain(), [split])
+
+
+def residual_norm():
+    """A row-parallel matmul (reduction) -> + x -> layer norm over the last axis: the end of a
+    transformer block."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((16, 32), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            h = bb.emit(relax.op.add(relax.op.matmul(x, const(32, 32)), x))
+            out = bb.emit_output(relax.op.nn.layer_norm(h, const(32), const(32), axes=[-1]))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_a_partial_sum_before_a_layer_norm_is_scattered_along_the_rows_it_keeps():
+    mod = residual_norm()
+    splits = [DistributedSplit(0, "reduction", (0, 1, 2, 3))]
+    reduced, clusters = distribute_and_reduce(mod, splits, home=0)
+    check_numerics(mod, reduced, (16, 32))
+    names = [b.value.args[0].name_hint for block in reduced["main"].body.blocks
+             for b in block.bindings if isinstance(b.value, relax.Call) and b.value.args]
+    # The norm runs on each cluster's 4 rows (not gathered whole on one cluster): four norms,
+    # and the only whole-size value that crosses is none; each cluster sends 3 row quarters.
+    assert sum("layer_norm" in n for n in names) == 4
+    quarter = 4 * 32 * 4
+    sent = [m for m in crossings(reduced, clusters) if m[0] == quarter]
+    assert len(sent) >= 12 and all(m[0] <= quarter for m in crossings(reduced, clusters))
+
+
+def test_each_cluster_sends_what_others_need_before_computing_its_own_part():
+    mod = conv_chain()
+    splits = [DistributedSplit(0, "rows", (0, 1, 2, 3)), DistributedSplit(1, "rows", (0, 1, 2, 3))]
+    reduced, _ = distribute_and_reduce(mod, splits, home=0)
+    # Bindings come in order of their depth in the data flow, so no cluster's cut for part
+    # p + 1 waits behind its own part p (which waits for the others' cuts).
+    depth: dict = {}
+    for block in reduced["main"].body.blocks:
+        for binding in block.bindings:
+            depth[binding.var] = 1 + max((depth[v] for v in relax.analysis.free_vars(
+                binding.value) if v in depth), default=-1)
+        levels = [depth[b.var] for b in block.bindings]
+        assert levels == sorted(levels)

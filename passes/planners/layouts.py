@@ -1,0 +1,301 @@
+"""Layouts of distributed values and what moving between them costs, for planners (no TVM here).
+
+The planner-side picture of what :class:`~tvm_chiplet.passes.distribute_tensors.DistributeTensors`
+builds. Every value of the op graph has a :class:`Layout`:
+
+- ``whole`` on one cluster;
+- ``sharded`` along an axis (``"channels"``: a conv2d's output channels or a matmul's columns;
+  ``"rows"``: a conv2d's output rows or a matmul's rows; ``"batch"``) over a group of clusters;
+- ``partial``: one whole-size partial sum per cluster of a group (an input-channel or reduction
+  split's result);
+- ``replicated``: whole on every cluster of a group.
+
+A split op needs its activation input in one layout (an output-channel split reads it
+replicated over its group, an input-channel split reads it sharded along channels over the same
+group, a row split sharded along rows) and produces another. Ops that are not split follow their
+input's layout, part by part, as DistributeTensors makes them. Where a layout differs from what
+its consumer needs, the value is redistributed by a collective whose time is estimated from the
+busiest link of its messages on the system's routes: all-gather (ring or direct, as
+:mod:`~tvm_chiplet.targets.collectives` picks), broadcast (multicast trees where links
+replicate), scatter, gather, reduce-scatter and all-to-all.
+
+Groups are the :func:`allocation_groups` of a system: nested 2-D sub-meshes of its cluster grid.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from itertools import pairwise
+
+import numpy as np
+
+from tvm_chiplet.passes.planners.base import PlanningProblem
+from tvm_chiplet.passes.planners.placement import REDUCTION_DIMS, WEIGHT_DIMS
+from tvm_chiplet.targets import collectives, cost_model
+from tvm_chiplet.targets.topology import Topology
+
+AXIS_OF_DIM = {"out_channels": "channels", "cols": "channels", "in_channels": "channels",
+               "reduction": "channels", "rows": "rows", "batch": "batch"}
+"""The axis a split dimension shards its output along (output-channel, column splits), or the
+axis its input must be sharded along (input-channel, reduction splits: the channels)."""
+
+_BREAKS = (("layer_norm", "channels"), ("softmax", "channels"), ("pool", "rows"),
+           ("mean", "rows"), ("reshape", "rows"))
+"""(name fragment, axis): a fused op whose name holds the fragment cannot follow a value sharded
+along the axis (it normalises, reduces or reshapes across it), so its input is gathered."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a value lies: ``kind`` is ``"whole"`` (on ``group``'s first cluster),
+    ``"sharded"`` (along ``axis``), ``"partial"`` or ``"replicated"``, over ``group`` (an index
+    into the :func:`allocation_groups`; 0 is the first cluster alone). ``"free"``: model
+    inputs and constants, read where they are needed at no cost."""
+
+    kind: str
+    group: int = 0
+    axis: str = ""
+
+
+FREE = Layout("free")
+HOME = Layout("whole")
+
+
+def _morton(x: int, y: int) -> int:
+    key = 0
+    for bit in range(16):
+        key |= ((x >> bit) & 1) << (2 * bit) | ((y >> bit) & 1) << (2 * bit + 1)
+    return key
+
+
+def grid_order(topology: Topology) -> list[int]:
+    """Clusters in Z order over their 2-D position (chiplet position, then the cluster's place
+    in its chiplet): every prefix of ``4^j`` clusters of a power-of-two grid is a square
+    sub-mesh and of ``2 * 4^j`` a 2:1 rectangle; on other grids prefixes stay compact."""
+    system = topology.system
+    width = 1 + max(c.lx for c in system.clusters)
+    height = 1 + max(c.ly for c in system.clusters)
+
+    def position(cid: int) -> tuple[int, int]:
+        c = system.clusters[cid]
+        chiplet = system.chiplets[c.chiplet]
+        return chiplet.x * width + c.lx, chiplet.y * height + c.ly
+
+    spots = {cid: position(cid) for cid in range(system.num_clusters)}
+    x0 = min(x for x, _ in spots.values())
+    y0 = min(y for _, y in spots.values())
+    return sorted(spots, key=lambda cid: (_morton(spots[cid][0] - x0, spots[cid][1] - y0), cid))
+
+
+def allocation_groups(topology: Topology) -> list[tuple[int, ...]]:
+    """Nested groups of clusters an op may be split over: the :func:`grid_order` prefixes of
+    1, 2, 4, ... clusters and of all of them (rectangles on power-of-two grids)."""
+    order = grid_order(topology)
+    sizes, k = [], 1
+    while k < len(order):
+        sizes.append(k)
+        k *= 2
+    sizes.append(len(order))
+    return [tuple(order[:k]) for k in sizes]
+
+
+class _Group:
+    """Per-byte times of a group's collectives: the busiest link's load over its bandwidth."""
+
+    def __init__(self, topology: Topology, members: tuple[int, ...]) -> None:
+        system = topology.system
+        self.members, self.size = members, len(members)
+        origin = members[0]
+        self.index = np.array(members)
+        self.slowest = min((system.clusters[c] for c in members),
+                           key=lambda c: (c.macs_per_cycle, c.local_bandwidth, c.id))
+
+        def worst(loads: Counter) -> float:
+            return max((n / system.links[link].bandwidth for link, n in loads.items()),
+                       default=0.0)
+
+        pairs: Counter = Counter()
+        out_of: Counter = Counter()
+        into: Counter = Counter()
+        for src in members:
+            for dst in members:
+                if src != dst:
+                    route = topology.route(src, dst)
+                    pairs.update(route)
+                    if src == origin:
+                        out_of.update(route)
+                    if dst == origin:
+                        into.update(route)
+        self.direct = worst(pairs)  # every member a distinct part to every other
+        self.scatter = worst(out_of)  # the first member a distinct part to every other
+        self.gather = worst(into)  # every member a part to the first
+        gather = worst(collectives.direct_load(topology, members))
+        ring = collectives.gather_ring(topology, members)
+        self.all_gather = worst(collectives.ring_load(topology, ring)) if ring else gather
+        trees = {link for m in members[1:] for link in topology.route(origin, m)}
+        if trees and all(system.links[link].multicast for link in trees):
+            self.broadcast = worst(Counter(trees))
+        elif ring:  # relayed around the ring, pipelined: the slowest hop sets the rate
+            hops = {link for a, b in pairwise(ring)
+                    for link in topology.route(a, b)}
+            self.broadcast = max(1.0 / system.links[link].bandwidth for link in hops)
+        else:
+            self.broadcast = self.scatter
+        self.latency = max((topology.route_latency(origin, m) for m in members[1:]),
+                           default=0.0)
+
+
+class LayoutCosts:
+    """Estimated cycles of splitting ops over :func:`allocation_groups` and of moving values
+    between layouts on ``problem``'s system (see the module docstring)."""
+
+    def __init__(self, problem: PlanningProblem) -> None:
+        self.problem = problem
+        self.groups = [_Group(problem.topology, g) for g in allocation_groups(problem.topology)]
+        self._per_byte: dict[tuple[Layout, Layout], tuple[float, float]] = {}
+
+    def scatter_axis(self, op_id: int, choice: dict) -> str:
+        """The axis a partial value read by ``op_id`` is reduce-scattered along: channels,
+        unless ``op_id`` or the ops that follow it (up to 8 deep, to the next split op in
+        ``choice``) cannot follow a channel split and can follow a row split."""
+        graph, ops = self.problem.graph.graph, self.problem.graph.ops
+        frontier, seen = [op_id], set()
+        for _ in range(8):
+            nxt = []
+            for node in frontier:
+                if node in seen or node in choice:
+                    continue
+                seen.add(node)
+                if breaks(ops[node].name, "channels"):
+                    return "rows" if not breaks(ops[node].name, "rows") else "channels"
+                nxt.extend(sorted(graph.successors(node)))
+            frontier = nxt
+        return "channels"
+
+    def move(self, src: Layout, need: Layout, nbytes: float) -> float:
+        """Cycles to turn a value of ``nbytes`` laid out as ``src`` into ``need``."""
+        if nbytes <= 0 or src.kind == "free" or src == need:
+            return 0.0
+        key = (src, need)
+        if key not in self._per_byte:
+            self._per_byte[key] = self._collective(src, need)
+        per_byte, latency = self._per_byte[key]
+        return per_byte * nbytes + latency if per_byte else latency
+
+    def _collective(self, src: Layout, need: Layout) -> tuple[float, float]:
+        """(cycles per byte of the value, latency) of the collective from ``src`` to ``need``."""
+        big = self.groups[max(src.group, need.group)]
+        k = big.size
+        if need.kind == "replicated" and src.kind == "replicated" and src.group >= need.group:
+            return 0.0, 0.0
+        if need.kind == "whole":
+            if src.kind in ("whole", "replicated"):
+                return 0.0, 0.0  # both on the first cluster
+            src_group = self.groups[src.group]
+            share = 1.0 if src.kind == "partial" else 1.0 / src_group.size
+            return src_group.gather * share, src_group.latency
+        if need.kind == "replicated":
+            if src.kind in ("whole", "replicated"):
+                return big.broadcast, big.latency
+            if src.kind == "sharded":
+                return big.all_gather / self.groups[src.group].size, 2 * big.latency
+            return big.direct / k + big.all_gather / k, 3 * big.latency  # all-reduce
+        # need is sharded over need.group
+        if src.kind in ("whole", "replicated"):
+            if src.kind == "replicated" and src.group >= need.group:
+                return 0.0, 0.0  # every member already holds its part
+            return big.scatter / k, big.latency
+        if src.kind == "partial":
+            if src.group == need.group and need.axis == "channels":
+                return big.direct / k, big.latency  # reduce-scatter
+            return big.direct / k + big.direct / (k * k), 2 * big.latency
+        if src.group == need.group and src.axis == need.axis:
+            return 0.0, 0.0
+        return big.direct / (k * k), big.latency  # all-to-all
+
+    def compute(self, op, group: int, parts: int, dim: str | None, weights_on: np.ndarray
+                ) -> float:
+        """Cycles of the slowest of ``parts`` parts of ``op`` split along ``dim`` over
+        ``group`` (``dim=None``: the op runs whole, or follows its input part by part), its
+        weights resident while the group's fullest member has room; records the weights."""
+        g = self.groups[group]
+        k = max(parts, 1)
+        weights = op.weight_bytes / k if dim in WEIGHT_DIMS else op.weight_bytes
+        if dim in REDUCTION_DIMS:
+            moved = op.input_bytes / k + op.output_bytes + weights
+        elif dim in WEIGHT_DIMS:
+            moved = op.input_bytes + op.output_bytes / k + weights
+        else:
+            moved = op.bytes_moved / k + weights - op.weight_bytes / k
+        members = g.index[:k]
+        resident = weights_on[members].max() + weights <= g.slowest.sram_bytes
+        if weights:
+            weights_on[members] += weights
+        return cost_model.op_cycles(op.flops / k, moved, weights, g.slowest,
+                                    self.problem.system, weights_resident=bool(resident))
+
+
+def breaks(name: str, axis: str) -> bool:
+    """Whether an op named ``name`` cannot follow a value sharded along ``axis``."""
+    return any(fragment in name and axis == broken for fragment, broken in _BREAKS)
+
+
+def plan_cost(costs: LayoutCosts, choice: dict[int, tuple[str, int] | None]) -> float:
+    """Estimated cycles of running ``problem``'s ops one after another with the split ops of
+    ``choice`` (op -> (dim, group) or None for whole), every other op following its input's
+    layout where it can (:func:`breaks`), values redistributed where layouts differ, and the
+    model's outputs gathered on the first cluster."""
+    problem = costs.problem
+    graph = problem.graph.graph
+    ops = problem.graph.ops
+    layout: dict[int, Layout] = {}
+    weights_on = np.zeros(problem.system.num_clusters)
+    total = 0.0
+    for op in ops:
+        preds = [(p, graph.edges[p, op.op_id]["nbytes"]) for p in sorted(graph.predecessors(
+            op.op_id))]
+        if not op.is_compute:
+            layout[op.op_id] = layout[preds[0][0]] if preds else FREE
+            continue
+        if op.op_id in choice:
+            chosen = choice[op.op_id]
+            data = max(preds, key=lambda e: (e[1], -e[0]))[0] if preds else None
+            if chosen is None:
+                need = out = HOME
+                group, parts, dim = 0, 1, None
+            else:
+                dim, group = chosen
+                parts = costs.groups[group].size
+                axis = AXIS_OF_DIM[dim]
+                if dim in ("out_channels", "cols"):
+                    need, out = Layout("replicated", group), Layout("sharded", group, axis)
+                elif dim in REDUCTION_DIMS:
+                    need, out = Layout("sharded", group, axis), Layout("partial", group)
+                else:
+                    need = out = Layout("sharded", group, axis)
+            for p, nbytes in preds:
+                want = need if p == data else (Layout("replicated", group) if parts > 1
+                                               else HOME)
+                total += costs.move(layout[p], want, nbytes)
+            total += costs.compute(op, group, parts, dim, weights_on)
+            layout[op.op_id] = out
+            continue
+        spread = [(nbytes, -p) for p, nbytes in preds
+                  if layout[p].kind in ("sharded", "partial")]
+        source = layout[-max(spread)[1]] if spread else None
+        if source is not None and source.kind == "partial":
+            follow = Layout("sharded", source.group, costs.scatter_axis(op.op_id, choice))
+        else:
+            follow = source
+        if follow is None or breaks(op.name, follow.axis):
+            follow, parts = HOME, 1
+        else:
+            parts = costs.groups[follow.group].size
+        for p, nbytes in preds:
+            total += costs.move(layout[p], follow, nbytes)
+        total += costs.compute(op, follow.group, parts, None, weights_on)
+        layout[op.op_id] = follow
+    for out in problem.graph.output_ops:
+        total += costs.move(layout.get(out, FREE), HOME, ops[out].output_bytes)
+    return total

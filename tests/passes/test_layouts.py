@@ -1,0 +1,83 @@
+"""Layouts of distributed values on the planner's side: groups, collectives, the plan cost."""
+
+from itertools import pairwise
+
+import pytest
+
+from tests.passes.test_ilp_planner import make_graph
+from tvm_chiplet.passes.planners import PlanningProblem
+from tvm_chiplet.passes.planners.layouts import (
+    HOME,
+    Layout,
+    LayoutCosts,
+    allocation_groups,
+    plan_cost,
+)
+from tvm_chiplet.targets.system_generators import mesh_system
+from tvm_chiplet.targets.topology import Topology
+
+# Three conv-like ops in a chain, then a light one.
+CHAIN = make_graph(
+    [(4e9, 400_000, 40_000), (8e9, 400_000, 80_000), (4e9, 400_000, 40_000), (1e5, 4000, 0)],
+    [(0, 1), (1, 2), (2, 3)],
+)
+DIMS = {0: {"out_channels": 64, "rows": 56}, 1: {"out_channels": 64, "in_channels": 64},
+        2: {"out_channels": 64, "in_channels": 64}}
+
+
+def costs(rows=4, cols=4):
+    system = mesh_system(rows, cols, bandwidth=32.0)
+    return LayoutCosts(PlanningProblem(CHAIN, system, Topology(system), DIMS))
+
+
+def corners(system, group):
+    spots = {(system.chiplets[system.clusters[c].chiplet].x,
+              system.chiplets[system.clusters[c].chiplet].y) for c in group}
+    xs, ys = {x for x, _ in spots}, {y for _, y in spots}
+    return len(xs), len(ys), len(spots)
+
+
+def test_allocation_groups_are_nested_rectangles_of_the_grid():
+    system = mesh_system(4, 4)
+    groups = allocation_groups(Topology(system))
+    assert [len(g) for g in groups] == [1, 2, 4, 8, 16]
+    for small, big in pairwise(groups):
+        assert big[: len(small)] == small
+    # 2 clusters side by side, a 2x2 square, a 2x4 rectangle: width x height == count.
+    for group in groups:
+        width, height, count = corners(system, group)
+        assert width * height == count == len(group)
+
+
+def test_groups_of_a_grid_that_is_not_a_power_of_two_cover_it():
+    groups = allocation_groups(Topology(mesh_system(3, 3)))
+    assert [len(g) for g in groups] == [1, 2, 4, 8, 9]
+    assert sorted(groups[-1]) == list(range(9))
+
+
+def test_a_matching_layout_moves_nothing_and_an_all_to_all_less_than_an_all_gather():
+    c = costs()
+    sharded = Layout("sharded", 4, "channels")
+    assert c.move(sharded, sharded, 1e6) == 0.0
+    gather = c.move(sharded, Layout("replicated", 4), 1e6)
+    to_home = c.move(sharded, HOME, 1e6)
+    all_to_all = c.move(sharded, Layout("sharded", 4, "rows"), 1e6)
+    # Every cluster receives 15/16 of the value in an all-gather, 15/256 in an all-to-all;
+    # gathering it on one corner cluster funnels 15/16 through that cluster's two links.
+    assert gather > all_to_all > 0 and to_home > all_to_all
+    # Twice the bytes, about twice the time (plus the same latency).
+    assert c.move(sharded, Layout("replicated", 4), 2e6) == pytest.approx(2 * gather, rel=0.01)
+
+
+def test_out_then_in_channels_over_one_group_costs_less_than_changing_groups():
+    c = costs()
+    matched = {0: ("out_channels", 4), 1: ("in_channels", 4), 2: ("out_channels", 4)}
+    mismatched = {0: ("out_channels", 4), 1: ("in_channels", 3), 2: ("out_channels", 4)}
+    assert plan_cost(c, matched) < plan_cost(c, mismatched)
+
+
+def test_splitting_over_more_clusters_is_faster_for_heavy_ops():
+    c = costs()
+    whole = {0: None, 1: None, 2: None}
+    split = {0: ("out_channels", 4), 1: ("in_channels", 4), 2: ("out_channels", 4)}
+    assert plan_cost(c, split) < 0.3 * plan_cost(c, whole)
