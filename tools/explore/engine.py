@@ -72,12 +72,13 @@ def connect(address: str | None = None, workers: int | None = None) -> bool:
     except ImportError:
         raise RayUnavailableError(f"tvmc explore runs on Ray, which is not installed: "
                                   f"{RAY_HINT}") from None
+    if address:
+        _check_reachable(address)
     if ray.is_initialized():
         return False
     options = {"include_dashboard": False, "logging_level": "ERROR", "log_to_driver": False,
                "configure_logging": True}
     if address:
-        _check_reachable(address)
         try:
             ray.init(address=address, **options)
         except (ConnectionError, RuntimeError) as err:
@@ -123,7 +124,7 @@ class _Recorder:
         self.done = self.failed = self.cached = 0
         self.started = time.monotonic()
 
-    def record(self, point: dict, status: str, result: dict | None, error: str = "") -> None:
+    def record(self, point: dict, status: str, result: dict | None = None, error: str = "") -> None:
         row = {"point_id": point_id(point), "status": status, **point, **(result or {}),
                "error": error}
         self.rows.append(row)
@@ -173,7 +174,8 @@ def _run_tasks(study: Study, points: list[dict], cache_dir: str, trial: Trial,
                 try:
                     recorder.record(point, "ok", ray.get(ref))
                 except Exception as err:  # every failure is recorded, and the study goes on
-                    recorder.record(point, *_classify(err))
+                    status, error = _classify(err)
+                    recorder.record(point, status, error=error)
             if study.timeout_s is not None:
                 now = time.monotonic()
                 for ref, (point, started) in list(running.items()):
@@ -216,13 +218,13 @@ def _run_tune(study: Study, out: Path, done: list[dict], remaining: int, cache_d
         points_to_evaluate=[{name: row[name] for name in study.space} for row in ok] or None,
         evaluated_rewards=[float(row[column]) for row in ok] or None,
     )
-    remote = ray.remote(num_cpus=1, max_retries=0)(_call)
+    # The Tune trial holds the CPU while its trial runs as a Ray task of its own (0 CPUs), so a
+    # timeout cancels it and a dead worker is reported as in a grid.
+    remote = ray.remote(num_cpus=0, max_retries=0)(_call)
     study_ref = ray.put(study)
     failed_value = math.inf if mode == "min" else -math.inf
 
     def trainable(config: dict) -> None:
-        # The trial runs as a Ray task of its own, so a timeout cancels it and a dead worker is
-        # reported like in a grid; the Tune trial itself only waits (0 CPUs).
         point = {name: config[name] for name in study.space}
         ref = remote.remote(trial, study_ref, point, cache_dir)
         ready, _ = ray.wait([ref], timeout=study.timeout_s)
@@ -246,7 +248,7 @@ def _run_tune(study: Study, out: Path, done: list[dict], remaining: int, cache_d
 
     recorder_columns = _result_columns(study)
     tuner = tune.Tuner(
-        tune.with_resources(trainable, {"cpu": 0}),
+        trainable,
         param_space=_tune_space(study),
         tune_config=tune.TuneConfig(
             search_alg=searcher, num_samples=remaining, metric=column, mode=mode,

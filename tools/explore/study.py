@@ -29,7 +29,9 @@ A study is a TOML file::
     method = "grid"                # grid (every point), random or tpe (Optuna via Ray Tune)
     budget = 50                    # random and tpe: points to run
     metric = "edp"                 # tpe: the objective it optimises
-    timeout_s = 1800               # optional: a trial running longer is stopped, "timeout"
+    timeout_s = 1800               # optional: a trial running longer is stopped, "timeout";
+                                   #   counted from when it is handed to a free worker, so a
+                                   #   new worker's start (~5 s: it imports TVM) counts too
 
 Parameters (:data:`PARAMETERS`) map onto fields of the base system's TOML description, so a
 point's system is loaded and validated like any file: ``rows`` / ``cols`` the grid,
@@ -446,9 +448,9 @@ def _faulty_chiplets(data: dict, count: int, seed: int, source: str) -> list[lis
     with_dram = {tuple(d["chiplet"]) for d in data.get("dram", [])
                  if isinstance(d.get("chiplet"), list)}
     candidates = [[x, y] for y in range(rows) for x in range(cols) if (x, y) not in with_dram]
-    if count > len(candidates) - 1 + (not with_dram):
-        raise StudyError(f"{source}: faults = {count} leaves no working chiplet on a "
-                         f"{rows}x{cols} grid with {len(with_dram)} DRAM chiplets")
+    if count > len(candidates):
+        raise StudyError(f"{source}: faults = {count}, but a {rows}x{cols} grid has only "
+                         f"{len(candidates)} chiplets without DRAM to fail")
     rng = random.Random(seed)
     for _ in range(200):
         chosen = sorted(rng.sample(candidates, count))
@@ -492,12 +494,12 @@ def point_system(study: Study, point: dict) -> ChipletSystem:
             count = point.get("dram_channels", len(drams))
             data["dram"] = [{"chiplet": xy, **template}
                             for xy in _dram_positions(count, grid["rows"], grid["cols"])]
+        if any(name in point for name in _NETWORK_PARAMETERS):
+            data.pop("calibration", None)
         if point.get("faults"):
             seed = point.get("fault_seed", study.seed)
             data["faults"] = {"chiplets": _faulty_chiplets(data, point["faults"], seed,
                                                            study.source)}
-        if any(name in point for name in _NETWORK_PARAMETERS):
-            data.pop("calibration", None)
     system = system_from_dict(data, source=f"{study.source} point {point_id(point)}")
     if "device_dtype" in point:
         system = system.with_device_dtype(point["device_dtype"])
