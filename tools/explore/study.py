@@ -8,10 +8,11 @@ A study is a TOML file::
                                    #   relative to the study file); compact (grid) form for the
                                    #   grid parameters
     seed = 0                       # optional: random search, TPE and random faults
-    models = ["resnet18", {name = "bert", label = "bert-tiny",
-              options = {layers = 2, hidden = 128, heads = 2, ffn = 512}}, "nets/my.onnx"]
+    models = ["resnet18", "nets/my.onnx",
+              {name = "bert", label = "bert-tiny", options = {layers = 2, hidden = 128}}]
                                    # bundled generators (tools/models.py), with options and a
-                                   #   label, or ONNX files (relative to the study file)
+                                   #   label, or ONNX files (relative to the study file); an
+                                   #   inline table stays on one line (TOML)
     strategies = ["pipeline"]      # optional, default ["pipeline"]: placement strategies
     batch = [1]                    # optional, default [1]: the models' input batch size
 
