@@ -73,10 +73,13 @@ def _ok(rows: list[dict], columns: list[str]) -> list[dict]:
             and all(isinstance(r.get(c), int | float) and math.isfinite(r[c]) for c in columns)]
 
 
-def best_points(out: str | Path) -> dict[str, dict]:
-    """The best recorded point for each objective of the study in ``out``."""
+def best_points(out: str | Path, model: str | None = None) -> dict[str, dict]:
+    """The best recorded point for each objective of the study in ``out`` (of ``model``'s
+    points only, if given)."""
     out = Path(out)
     meta, rows = _study_meta(out), read_results(out)
+    if model is not None:
+        rows = [r for r in rows if str(r["model"]) == model]
     best = {}
     for name in meta["objectives"]:
         column, mode = OBJECTIVES[name]
@@ -101,7 +104,8 @@ def pareto_front(rows: list[dict], a: str, b: str) -> list[dict]:
 
 
 def plot_pareto(out: str | Path) -> list[Path]:
-    """One PNG per pair of objectives under ``out``: every successful point, the front joined."""
+    """One PNG per pair of objectives under ``out``: every successful point, each model's
+    Pareto front joined."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -115,14 +119,18 @@ def plot_pareto(out: str | Path) -> list[Path]:
         points = _ok(rows, [ca, cb])
         if not points:
             continue
-        front = pareto_front(points, a, b)
         fig, ax = plt.subplots(figsize=(5.5, 4.0))
         for model in sorted({str(p["model"]) for p in points}):
             mine = [p for p in points if str(p["model"]) == model]
-            ax.scatter([p[ca] for p in mine], [p[cb] for p in mine], s=14, alpha=0.6,
-                       label=model)
-        ax.plot([p[ca] for p in front], [p[cb] for p in front], "k-o", ms=4, lw=1,
-                label="Pareto front")
+            dots = ax.scatter([p[ca] for p in mine], [p[cb] for p in mine], s=14, alpha=0.5,
+                              label=model)
+            front = pareto_front(mine, a, b)
+            ax.plot([p[ca] for p in front], [p[cb] for p in front], "-o", ms=4, lw=1,
+                    color=dots.get_facecolor()[0][:3], label=f"{model}: Pareto front")
+        for column, scale in ((ca, ax.set_xscale), (cb, ax.set_yscale)):
+            values = [p[column] for p in points]
+            if min(values) > 0 and max(values) > 20 * min(values):
+                scale("log")  # models of very different sizes share the plot
         ax.set_xlabel(f"{ca} ({OBJECTIVES[a][1]})")
         ax.set_ylabel(f"{cb} ({OBJECTIVES[b][1]})")
         ax.set_title(f"{meta['name']}: {a} vs {b}")
@@ -145,12 +153,16 @@ def format_report(out: str | Path) -> str:
     lines = [f"study {meta['name']} ({meta['method']}): {len(rows)} points, "
              + ", ".join(f"{n} {s}" for s, n in sorted(statuses.items()))]
     axes = ["model", "strategy", "batch", *meta["parameters"]]
-    for name, row in best_points(out).items():
-        column, mode = OBJECTIVES[name]
-        setting = ", ".join(f"{k}={row[k]}" for k in axes)
-        lines.append(f"best {name} ({mode} {column}): {row[column]:.6g}  [{setting}]  "
-                     f"point {row['point_id']}")
-    missing = [n for n in meta["objectives"] if n not in best_points(out)]
-    if missing:
-        lines.append(f"no successful point for {', '.join(missing)}")
+    models = sorted({str(r["model"]) for r in rows})
+    for model in models if len(models) > 1 else [None]:
+        best = best_points(out, model)
+        of = f" for {model}" if model else ""
+        for name, row in best.items():
+            column, mode = OBJECTIVES[name]
+            setting = ", ".join(f"{k}={row[k]}" for k in axes)
+            lines.append(f"best {name} ({mode} {column}){of}: {row[column]:.6g}  [{setting}]  "
+                         f"point {row['point_id']}")
+        missing = [n for n in meta["objectives"] if n not in best]
+        if missing:
+            lines.append(f"no successful point{of} for {', '.join(missing)}")
     return "\n".join(lines)
