@@ -171,6 +171,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         write_report(module.plan, module.system, sim, args.report)
     if args.print_time:
         print(format_table(report))
+    if args.per_op_noc:
+        from tvm_chiplet.tools.explore.per_op_noc import format_per_op_noc, per_op_noc
+
+        print(format_per_op_noc(per_op_noc(module.plan, module.system, args.network,
+                                           address=args.address)))
     if not args.outputs:
         for i, out in enumerate(execution.outputs):
             print(f"output_{i}: shape {list(out.shape)} {out.dtype}, "
@@ -324,6 +329,10 @@ def make_parser() -> argparse.ArgumentParser:
     run.add_argument("--batches", type=int, default=1, help="pipelined inputs to simulate")
     run.add_argument("--network", default="flow",
                      help="network model: analytical, flow or flit")
+    run.add_argument("--per-op-noc", action="store_true",
+                     help="simulate each op's traffic alone at flit level, as Ray tasks, next "
+                          "to the whole model (pip install \".[explore]\")")
+    run.add_argument("--address", help="with --per-op-noc: Ray cluster (default: local Ray)")
     run.set_defaults(func=cmd_run)
 
     noc = sub.add_parser("simulate-noc", help="synthetic traffic on a NoC (flit model)")
