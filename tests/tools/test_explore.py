@@ -4,9 +4,11 @@ report."""
 import csv
 import os
 import time
+from pathlib import Path
 
 import pytest
 
+from tvm_chiplet.tools import explore
 from tvm_chiplet.tools.explore import StudyError, load_study, run_study
 from tvm_chiplet.tools.explore.study import point_id, point_system, random_points
 from tvm_chiplet.tools.tvmc import main
@@ -66,6 +68,13 @@ def test_unknown_parameter_lists_valid_ones(tmp_path):
     study = write_study(tmp_path, TINY.replace("rows = [1, 2]", "chiplets = [4]"))
     with pytest.raises(StudyError, match=r"unknown parameter 'chiplets'; valid parameters: "
                                          r"rows, cols, macs_per_cycle, sram_bytes"):
+        load_study(study)
+
+
+def test_unknown_strategy_lists_valid_ones(tmp_path):
+    study = write_study(tmp_path, TINY.replace('models = ["small-cnn"]',
+                                               'models = ["small-cnn"]\nstrategies = ["fast"]'))
+    with pytest.raises(StudyError, match=r"unknown strategy 'fast'; expected one of pipeline"):
         load_study(study)
 
 
@@ -150,7 +159,7 @@ def test_report_prints_the_best_point_per_objective(tiny_results, capsys):
 
 def test_failed_trials_are_recorded_and_the_study_goes_on(tmp_path):
     study = load_study(write_study(tmp_path, TINY.replace(
-        "rows = [1, 2]", "rows = [1, 2, 3, 4, 5]") + "[search]\ntimeout_s = 10\n"))
+        "rows = [1, 2]", "rows = [1, 2, 3, 4, 5]") + "[search]\ntimeout_s = 3\n"))
 
     def trial(_study, point, _cache_dir):
         if point["rows"] == 1:
@@ -189,3 +198,36 @@ def test_random_search_draws_distinct_points_from_the_seed(tmp_path):
     assert len({point_id(p) for p in points}) == 5
     assert all(8.0 <= p["nop_bandwidth"] <= 64.0 for p in points)
     assert random_points(study, study.budget) == points
+
+
+def test_example_studies_load():
+    examples = sorted((Path(explore.__file__).parent / "examples").glob("*.toml"))
+    assert len(examples) == 3
+    for path in examples:
+        assert load_study(path).models
+
+
+def test_per_op_noc_routes_each_ops_traffic_alone(tmp_path):
+    from tvm_chiplet.build import build
+    from tvm_chiplet.targets.topology import Topology
+    from tvm_chiplet.tools import models
+    from tvm_chiplet.tools.explore.per_op_noc import op_routing_cycles, per_op_noc
+
+    module = build(models.get_model("small-cnn"), target="chiplet/quad-2x2")
+    plan, system = module.plan, module.system
+    rows = per_op_noc(plan, system, chunks=2)
+    assert len(rows) == len(plan["tasks"]) // plan["copies"]
+    routed = [i for i, row in enumerate(rows) if row["routing_cycles_flit"] > 0]
+    assert routed and all(rows[i]["message_bytes"] > 0 for i in routed)
+    topology, checked = Topology(system), 0
+    for index in routed:
+        incoming = [m for m in plan["messages"] if m["dst"] == index]
+        if len(incoming) != 1 or any(f["task"] == index for f in plan["dram_fetches"]):
+            continue
+        message, checked = incoming[0], checked + 1
+        src, dst = plan["tasks"][message["src"]]["cluster"], plan["tasks"][index]["cluster"]
+        serialisation = message["bytes"] / topology.route_bandwidth(src, dst)
+        expected = topology.route_latency(src, dst) + serialisation
+        assert op_routing_cycles(plan, system, index, "analytical") == pytest.approx(expected)
+        assert rows[index]["routing_cycles_flit"] >= serialisation
+    assert checked

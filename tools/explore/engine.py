@@ -110,8 +110,42 @@ def _classify(err: BaseException) -> tuple[str, str]:
     return "error", f"{type(err).__name__}: {err}"
 
 
+START_GRACE_S = 300.0
+"""How long a trial may wait for its worker (start and imports) before its timeout counts
+anyway: on a cluster without a shared file system its start marker never shows."""
+
+
+def _marker(cache_dir: str, point: dict) -> Path:
+    return Path(cache_dir).parent / "running" / point_id(point)
+
+
 def _call(trial: Trial, study: Study, point: dict, cache_dir: str) -> dict:
-    return trial(study, point, cache_dir)
+    # The marker says the trial has started (its worker up, TVM imported): timeouts count from
+    # here, not from the hand-off, since a new worker's start takes seconds on a busy machine.
+    marker = _marker(cache_dir, point)
+    marker.parent.mkdir(parents=True, exist_ok=True)  # on another node without a shared disk
+    marker.touch()
+    try:
+        return trial(study, point, cache_dir)
+    finally:
+        marker.unlink(missing_ok=True)
+
+
+class _Clock:
+    """When a trial started (its marker seen), and whether it has run past the timeout."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker, self.submitted, self.started = marker, time.monotonic(), None
+
+    def expired(self, timeout: float | None) -> bool:
+        now = time.monotonic()
+        if self.started is None and self.marker.exists():
+            self.started = now
+        if timeout is None:
+            return False
+        if self.started is not None:
+            return now - self.started > timeout
+        return now - self.submitted > timeout + START_GRACE_S
 
 
 class _Recorder:
@@ -159,31 +193,29 @@ def _run_tasks(study: Study, points: list[dict], cache_dir: str, trial: Trial,
     try:
         while queue or running:
             # Points sharing a plan wait for the first of them, which compiles and caches it.
-            busy = {plan_group(point) for point, _ in running.values()}
+            busy = {plan_group(point) for point, _clock in running.values()}
             while len(running) < slots:
                 index = next((i for i, p in enumerate(queue) if plan_group(p) not in busy), None)
                 if index is None:
                     break
                 point = queue.pop(index)
                 busy.add(plan_group(point))
-                running[remote.remote(trial, study_ref, point, cache_dir)] = (point,
-                                                                            time.monotonic())
+                running[remote.remote(trial, study_ref, point, cache_dir)] = (
+                    point, _Clock(_marker(cache_dir, point)))
             ready, _ = ray.wait(list(running), num_returns=1, timeout=0.5)
             for ref in ready:
-                point, _started = running.pop(ref)
+                point, _clock = running.pop(ref)
                 try:
                     recorder.record(point, "ok", ray.get(ref))
                 except Exception as err:  # every failure is recorded, and the study goes on
                     status, error = _classify(err)
                     recorder.record(point, status, error=error)
-            if study.timeout_s is not None:
-                now = time.monotonic()
-                for ref, (point, started) in list(running.items()):
-                    if now - started > study.timeout_s:
-                        ray.cancel(ref, force=True)
-                        running.pop(ref)
-                        recorder.record(point, "timeout",
-                                        error=f"ran longer than {study.timeout_s:g} s")
+            for ref, (point, clock) in list(running.items()):
+                if clock.expired(study.timeout_s):
+                    ray.cancel(ref, force=True)
+                    running.pop(ref)
+                    recorder.record(point, "timeout",
+                                    error=f"ran longer than {study.timeout_s:g} s")
     finally:
         for ref in running:
             ray.cancel(ref, force=True)
@@ -227,7 +259,10 @@ def _run_tune(study: Study, out: Path, done: list[dict], remaining: int, cache_d
     def trainable(config: dict) -> None:
         point = {name: config[name] for name in study.space}
         ref = remote.remote(trial, study_ref, point, cache_dir)
-        ready, _ = ray.wait([ref], timeout=study.timeout_s)
+        clock = _Clock(_marker(cache_dir, point))
+        ready: list = []
+        while not ready and not clock.expired(study.timeout_s):
+            ready, _ = ray.wait([ref], timeout=0.5)
         if not ready:
             ray.cancel(ref, force=True)
             status, result, error = "timeout", {}, f"ran longer than {study.timeout_s:g} s"
@@ -309,6 +344,9 @@ def run_study(study: Study, out: str | Path, address: str | None = None,
     out = Path(out)
     cache_dir = out / "plans"
     cache_dir.mkdir(parents=True, exist_ok=True)
+    (out / "running").mkdir(exist_ok=True)
+    for stale in (out / "running").iterdir():
+        stale.unlink()
     atomic_write(out / "study.json",
                  lambda tmp: Path(tmp).write_text(json.dumps(study.to_dict(), indent=1)))
     rows = read_results(out) if (out / "results.csv").is_file() else []

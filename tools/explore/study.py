@@ -31,8 +31,9 @@ A study is a TOML file::
     budget = 50                    # random and tpe: points to run
     metric = "edp"                 # tpe: the objective it optimises
     timeout_s = 1800               # optional: a trial running longer is stopped, "timeout";
-                                   #   counted from when it is handed to a free worker, so a
-                                   #   new worker's start (~5 s: it imports TVM) counts too
+                                   #   counted from its start on a worker (a marker under
+                                   #   <out>/running; without a shared file system, from its
+                                   #   hand-off plus 300 s for the worker to start)
 
 Parameters (:data:`PARAMETERS`) map onto fields of the base system's TOML description, so a
 point's system is loaded and validated like any file: ``rows`` / ``cols`` the grid,
@@ -59,6 +60,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from tvm_chiplet.passes.planners import PLANNERS
 from tvm_chiplet.targets.system import DEVICE_DTYPES, ChipletSystem, SystemConfigError
 from tvm_chiplet.targets.system_toml import (
     PRESET_DIR,
@@ -320,6 +322,10 @@ def load_study(path: str | Path) -> Study:
         raise _fail(source, "study.base", f"the base system is invalid: {err}") from None
     models = _models(study.get("models"), path.parent, source)
     strategies = _values(study.get("strategies"), "study.strategies", source, ["pipeline"])
+    for i, strategy in enumerate(strategies):
+        if strategy not in PLANNERS:
+            raise _fail(source, f"study.strategies[{i}]", f"unknown strategy {strategy!r}; "
+                        f"expected one of {', '.join(PLANNERS)}")
     batches = _values(study.get("batch"), "study.batch", source, [1])
     for i, batch in enumerate(batches):
         if not isinstance(batch, int) or batch < 1:

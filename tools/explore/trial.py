@@ -100,6 +100,7 @@ def run_trial(study: Study, point: dict, cache_dir: str) -> dict:
         plan = json.loads(path.read_text())
     else:
         plan = compile_plan(study, point, system)
+        path.parent.mkdir(parents=True, exist_ok=True)  # another node without a shared disk
         atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(plan)))
     network = point.get("network", "flow")
     batch = point["batch"]
