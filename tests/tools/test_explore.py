@@ -31,7 +31,7 @@ area = {per_mac = 2.0e-4, per_sram_mib = 0.6, per_phy = 0.5}
 """
 
 
-@pytest.fixture(scope="module", autouse=True)
+@pytest.fixture(scope="module")
 def local_ray():
     """One Ray session for the module (ray.init costs seconds); tvmc explore reuses it."""
     started = not ray.is_initialized()
@@ -55,7 +55,7 @@ def read_rows(out):
 
 
 @pytest.fixture(scope="module")
-def tiny_results(tmp_path_factory):
+def tiny_results(tmp_path_factory, local_ray):
     """The tiny grid study run once through the CLI: 2 grids x 2 network models."""
     root = tmp_path_factory.mktemp("explore")
     study = write_study(root)
@@ -64,40 +64,20 @@ def tiny_results(tmp_path_factory):
     return code, study, out
 
 
-def test_unknown_parameter_lists_valid_ones(tmp_path):
-    study = write_study(tmp_path, TINY.replace("rows = [1, 2]", "chiplets = [4]"))
-    with pytest.raises(StudyError, match=r"unknown parameter 'chiplets'; valid parameters: "
-                                         r"rows, cols, macs_per_cycle, sram_bytes"):
-        load_study(study)
-
-
-def test_unknown_strategy_lists_valid_ones(tmp_path):
-    study = write_study(tmp_path, TINY.replace('models = ["small-cnn"]',
-                                               'models = ["small-cnn"]\nstrategies = ["fast"]'))
-    with pytest.raises(StudyError, match=r"unknown strategy 'fast'; expected one of pipeline"):
-        load_study(study)
-
-
-def test_empty_space_is_refused(tmp_path):
-    study = write_study(tmp_path, TINY.replace("rows = [1, 2]", "rows = []"))
-    with pytest.raises(StudyError, match=r"parameters.rows: the list is empty: the space has "
-                                         r"no point"):
-        load_study(study)
-
-
-def test_empty_range_and_grid_of_ranges_are_refused(tmp_path):
-    empty = write_study(tmp_path, TINY.replace("rows = [1, 2]", "rows = {low = 4, high = 2}"))
-    with pytest.raises(StudyError, match=r"the range is empty: low 4 > high 2"):
-        load_study(empty)
-    ranged = write_study(tmp_path, TINY.replace("rows = [1, 2]", "rows = {low = 1, high = 2}"))
-    with pytest.raises(StudyError, match=r"a grid cannot enumerate"):
-        load_study(ranged)
-
-
-def test_area_objective_needs_its_coefficients(tmp_path):
-    study = write_study(tmp_path, TINY.replace("per_phy = 0.5", "per_dram_channel = 1.0"))
-    with pytest.raises(StudyError, match=r"missing \['per_phy'\]"):
-        load_study(study)
+@pytest.mark.parametrize(("old", "new", "message"), [
+    ("rows = [1, 2]", "chiplets = [4]",
+     r"unknown parameter 'chiplets'; valid parameters: rows, cols, macs_per_cycle, sram_bytes"),
+    ('models = ["small-cnn"]', 'models = ["small-cnn"]\nstrategies = ["fast"]',
+     r"unknown strategy 'fast'; expected one of pipeline"),
+    ("rows = [1, 2]", "rows = []", r"parameters.rows: the list is empty: the space has no point"),
+    ("rows = [1, 2]", "rows = {low = 4, high = 2}", r"the range is empty: low 4 > high 2"),
+    ("rows = [1, 2]", "rows = {low = 1, high = 2}", r"a grid cannot enumerate"),
+    ("per_phy = 0.5", "per_dram_channel = 1.0", r"missing \['per_phy'\]"),
+], ids=["unknown-parameter", "unknown-strategy", "empty-list", "empty-range", "grid-of-ranges",
+        "area-coefficients"])
+def test_bad_study_is_refused_with_the_remedy(tmp_path, old, new, message):
+    with pytest.raises(StudyError, match=message):
+        load_study(write_study(tmp_path, TINY.replace(old, new)))
 
 
 def test_parameters_set_the_points_system(tmp_path):
@@ -157,7 +137,7 @@ def test_report_prints_the_best_point_per_objective(tiny_results, capsys):
     assert "rows=1, cols=2" in best["area"]
 
 
-def test_failed_trials_are_recorded_and_the_study_goes_on(tmp_path):
+def test_failed_trials_are_recorded_and_the_study_goes_on(tmp_path, local_ray):
     study = load_study(write_study(tmp_path, TINY.replace(
         "rows = [1, 2]", "rows = [1, 2, 3, 4, 5]") + "[search]\ntimeout_s = 3\n"))
 
@@ -207,7 +187,7 @@ def test_example_studies_load():
         assert load_study(path).models
 
 
-def test_per_op_noc_routes_each_ops_traffic_alone(tmp_path):
+def test_per_op_noc_routes_each_ops_traffic_alone(tmp_path, local_ray):
     from tvm_chiplet.build import build
     from tvm_chiplet.targets.topology import Topology
     from tvm_chiplet.tools import models
