@@ -1,4 +1,5 @@
-"""tvmc: the Relax-era command line with the chiplet target (compile, run, targets, model)."""
+"""tvmc: the Relax-era command line with the chiplet target (compile, run, explore, targets,
+model)."""
 
 from __future__ import annotations
 
@@ -170,6 +171,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         write_report(module.plan, module.system, sim, args.report)
     if args.print_time:
         print(format_table(report))
+    if args.per_op_noc:
+        from tvm_chiplet.tools.explore.per_op_noc import format_per_op_noc, per_op_noc
+
+        print(format_per_op_noc(per_op_noc(module.plan, module.system, args.network,
+                                           address=args.address)))
     if not args.outputs:
         for i, out in enumerate(execution.outputs):
             print(f"output_{i}: shape {list(out.shape)} {out.dtype}, "
@@ -251,6 +257,26 @@ def cmd_simulate_noc(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_explore(args: argparse.Namespace) -> int:
+    from tvm_chiplet.tools.explore import format_report, load_study, plot_pareto, run_study
+    from tvm_chiplet.tools.explore.engine import stderr_progress
+
+    if args.report:
+        print(format_report(args.report))
+        return 0
+    if not args.study or not args.out:
+        raise ValueError("tvmc explore needs a study file and --out DIR (or --report DIR)")
+    study = load_study(args.study)
+    run = run_study(study, args.out, address=args.address, workers=args.workers,
+                    progress=stderr_progress, retry_failed=args.retry_failed)
+    plots = plot_pareto(args.out)
+    failed = sum(row["status"] != "ok" for row in run.rows)
+    print(f"study {study.name}: {run.ran} points run, {run.skipped} already done, "
+          f"{failed} failed -> {Path(args.out) / 'results.csv'}, {len(plots)} Pareto plots")
+    print(format_report(args.out))
+    return 0
+
+
 def _flit_defaults() -> dict[str, int | float | str | None]:
     import dataclasses
 
@@ -303,6 +329,10 @@ def make_parser() -> argparse.ArgumentParser:
     run.add_argument("--batches", type=int, default=1, help="pipelined inputs to simulate")
     run.add_argument("--network", default="flow",
                      help="network model: analytical, flow or flit")
+    run.add_argument("--per-op-noc", action="store_true",
+                     help="simulate each op's traffic alone at flit level, as Ray tasks, next "
+                          "to the whole model (pip install \".[explore]\")")
+    run.add_argument("--address", help="with --per-op-noc: Ray cluster (default: local Ray)")
     run.set_defaults(func=cmd_run)
 
     noc = sub.add_parser("simulate-noc", help="synthetic traffic on a NoC (flit model)")
@@ -335,6 +365,19 @@ def make_parser() -> argparse.ArgumentParser:
     noc.add_argument("--jobs", type=int, help="processes for --rates (default: all cores)")
     noc.add_argument("--json", action="store_true")
     noc.set_defaults(func=cmd_simulate_noc)
+
+    explore = sub.add_parser("explore", help="design-space study on Ray: compile + simulate "
+                             "each point of a study file")
+    explore.add_argument("study", nargs="?", help="study TOML file")
+    explore.add_argument("--out", help="results directory (rerun it to go on where it stopped)")
+    explore.add_argument("--report", metavar="DIR",
+                         help="print the best point per objective of a results directory")
+    explore.add_argument("--address", help="Ray cluster address (default: local Ray)")
+    explore.add_argument("--workers", type=int,
+                         help="concurrent trials of the local Ray (default: all cores)")
+    explore.add_argument("--retry-failed", action="store_true",
+                         help="run again the points recorded as failed")
+    explore.set_defaults(func=cmd_explore)
 
     targets = sub.add_parser("targets", help="list chiplet presets")
     targets.set_defaults(func=cmd_targets)
