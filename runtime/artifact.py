@@ -16,6 +16,7 @@ import tvm_ffi
 from tvm import relax
 
 from tvm_chiplet.runtime.files import atomic_write
+from tvm_chiplet.targets.faults import dead_parts, parse_faults, with_faults
 from tvm_chiplet.targets.system import ChipletSystem
 
 FORMAT_VERSION = 1
@@ -120,11 +121,61 @@ class ChipletModule:
         self.path = path
         return path
 
+    def check_faults(self, faults: dict | str) -> None:
+        """Refuse to run on the artifact's system with ``faults`` (a ``[faults]`` table or
+        ``tvmc --faults`` text) dead: the error says which of the plan's clusters and links
+        they break, and to recompile for the faulty system.
+
+        Faults the artifact was compiled with (``plan.json`` ``faults``) are accepted as they
+        are. Any other dead part changes the cluster numbering and the routing tables, so the
+        plan no longer runs as compiled.
+        """
+        table = _fault_table(faults)
+        compiled = (self.plan.get("faults") or {}).get("dead", {})
+        new = {kind: [i for i in items if i not in compiled.get(kind, [])]
+               for kind, items in table.items()}
+        new = {kind: items for kind, items in new.items() if items}
+        if not new:
+            return
+        faulty, notes = with_faults(self.system, new)
+        dead_clusters, dead_links = dead_parts(self.system, faulty)
+        used = set(self.plan.get("clusters_used", []))
+        routes = [m["route"] for m in self.plan.get("messages", [])]
+        routes += [f["route"] for f in self.plan.get("dram_fetches", [])]
+        broken_links = [i for i in dead_links if any(i in route for route in routes)]
+        names = self.system.clusters
+        broken = [f"clusters {', '.join(names[c].name for c in dead_clusters if c in used)} "
+                  "hold planned work"] if used & set(dead_clusters) else []
+        if broken_links:
+            shown = ", ".join(f"{names[self.system.links[i].src].name}->"
+                              f"{names[self.system.links[i].dst].name}" for i in broken_links[:6])
+            more = f" ({len(broken_links)} in all)" if len(broken_links) > 6 else ""
+            broken.append(f"routes cross dead links {shown}{more}")
+        if not broken:
+            broken.append("no planned cluster or route uses them, but the surviving clusters "
+                          "are renumbered and rerouted")
+        every = {kind: [*compiled.get(kind, []), *new.get(kind, [])]
+                 for kind in (*compiled, *new)}
+        text = ",".join(
+            ":".join(item) if isinstance(item, list) else item
+            for items in every.values() for item in items)
+        where = self.path or "this artifact"
+        raise ArtifactError(
+            f"{where} was compiled for {self.system.name} without faults {new}: "
+            f"{'; '.join(broken + notes)}; recompile it for the faulty system "
+            f"(tvmc compile ... --faults '{text}', or build(..., faults=...))")
+
     def run(self, inputs, **options):
         """Run on the host, one worker per cluster; see :class:`tvm_chiplet.runtime.Executor`."""
         from tvm_chiplet.runtime.executor import Executor
 
         return Executor(self).run(inputs, **options)
+
+
+def _fault_table(faults: dict | str) -> dict[str, list]:
+    if isinstance(faults, str):
+        return parse_faults(faults)
+    return {kind: list(items) for kind, items in faults.items() if items}
 
 
 def load_module(path: str | os.PathLike) -> ChipletModule:

@@ -54,6 +54,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         args.model, target=target, input_shapes=parse_input_shapes(args.input_shapes),
         pipeline=args.pipeline,
         progress=lambda line: print(f"[compile] {line}", file=sys.stderr, flush=True),
+        faults=args.faults, random_faults=args.random_faults, fault_seed=args.seed,
     )
     module.export_library(args.output)
     plan = module.plan
@@ -66,6 +67,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         f"{len(plan['clusters_used'])} clusters{replicated}, {len(plan['transfers'])} "
         f"transfers -> {args.output}"
     )
+    _print_faults(plan.get("faults"))
     print(f"  device model: {plan['device_dtype']}; "
           f"host numerics: {', '.join(plan['host_dtypes'])}")
     fetches = plan.get("dram_fetches", [])
@@ -98,6 +100,20 @@ def cmd_compile(args: argparse.Namespace) -> int:
               f"({energy_parts(row['energy_breakdown_pj'])}); lower bound "
               f"{energy_label(row['energy_bound_pj'])}")
     return 0
+
+
+def _print_faults(record: dict | None) -> None:
+    if not record:
+        return
+    dead = "; ".join(f"{kind} {', '.join(':'.join(i) if isinstance(i, list) else i for i in items)}"
+                     for kind, items in record["dead"].items())
+    drawn = record.get("random")
+    seed = f" (random: {drawn['counts']} with seed {drawn['seed']})" if drawn else ""
+    print(f"  faults on {record['healthy_system']}{seed}: dead {dead}; "
+          f"{record['surviving_clusters']} of {record['healthy_clusters']} clusters survive "
+          f"({100 * record['surviving_compute']:.0f}% of the compute)")
+    for note in record["notes"]:
+        print(f"  faults: {note}")
 
 
 def _load_inputs(args: argparse.Namespace, specs) -> dict[str, np.ndarray]:
@@ -144,6 +160,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from tvm_chiplet.runtime.profile import chrome_trace, format_table, profile_report
 
     module = load_module(args.artifact)
+    if args.faults:
+        module.check_faults(args.faults)
     inputs = _load_inputs(args, module.input_specs)
     sim = simulate_plan(module.plan, module.system, batches=args.batches, network=args.network,
                         progress=_progress_printer("simulate"))
@@ -285,6 +303,11 @@ def make_parser() -> argparse.ArgumentParser:
                       help="e.g. \"x:[1,3,224,224] mask:[1,128]\"; names may contain ':'; "
                            "quote names with spaces or commas: \"'my input':[1,10]\"")
     comp.add_argument("--pipeline", default="chiplet-default", help="named pass pipeline")
+    comp.add_argument("--faults", help="dead parts on top of the target's system: "
+                      "comma-separated chiplets (x1y1), clusters (x0y0.k3), links (x0y0:x1y0)")
+    comp.add_argument("--random-faults", metavar="KIND=N,...",
+                      help="kill random parts, e.g. chiplets=2,links=4 (never disconnecting)")
+    comp.add_argument("--seed", type=int, default=0, help="seed of --random-faults (default 0)")
     comp.add_argument("-o", "--output", default="module.tar", help="artifact path")
     comp.set_defaults(func=cmd_compile)
 
@@ -303,6 +326,8 @@ def make_parser() -> argparse.ArgumentParser:
     run.add_argument("--batches", type=int, default=1, help="pipelined inputs to simulate")
     run.add_argument("--network", default="flow",
                      help="network model: analytical, flow or flit")
+    run.add_argument("--faults", help="run on the artifact's system with these parts dead (as "
+                     "tvmc compile --faults): says what of the plan they break, to recompile")
     run.set_defaults(func=cmd_run)
 
     noc = sub.add_parser("simulate-noc", help="synthetic traffic on a NoC (flit model)")
