@@ -17,10 +17,11 @@ from tvm import relax
 
 from tvm_chiplet.runtime.files import atomic_write
 from tvm_chiplet.targets.faults import dead_parts, parse_faults, with_faults
+from tvm_chiplet.targets.routing import RoutingTables, routing_tables
 from tvm_chiplet.targets.system import ChipletSystem
 
-FORMAT_VERSION = 1
-MEMBERS = ("lib.so", "plan.json", "system.json")
+FORMAT_VERSION = 2  # 2: routes.json, the routing tables
+MEMBERS = ("lib.so", "plan.json", "system.json", "routes.json")
 
 
 @tvm_ffi.register_error
@@ -64,7 +65,9 @@ class ChipletModule:
     """A model compiled for a chiplet system: one Relax executable plus its plan.
 
     ``executable`` holds ``main`` and every segment function; ``plan`` is the ``plan.json``
-    dictionary (segments, transfers, tasks, messages); ``system`` the chiplet system.
+    dictionary (segments, transfers, tasks, messages); ``system`` the chiplet system;
+    ``routing`` its routing tables (``routes.json``, derived from the system when not given),
+    which the device simulator walks to route messages.
     """
 
     executable: object
@@ -74,6 +77,11 @@ class ChipletModule:
     target: str = ""
     path: str | None = None
     _tmpdir: object = field(default=None, repr=False)
+    routing: RoutingTables | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.routing is None:
+            self.routing = routing_tables(self.system)
 
     @property
     def metadata(self) -> dict:
@@ -89,7 +97,8 @@ class ChipletModule:
         return relax.VirtualMachine(self.executable, tvm.cpu())
 
     def export_library(self, path: str | os.PathLike) -> str:
-        """Write the artifact ``.tar`` (lib.so, plan.json, system.json, metadata.json) atomically.
+        """Write the artifact ``.tar`` (lib.so, plan.json, system.json, routes.json, metadata.json)
+        atomically.
 
         The file appears complete or not at all: everything is written to a temporary file next to
         ``path`` and renamed into place.
@@ -105,6 +114,7 @@ class ChipletModule:
                 payload = {"lib.so": handle.read()}
             payload["plan.json"] = json.dumps(self.plan, indent=1, sort_keys=True).encode()
             payload["system.json"] = json.dumps(self.system.to_dict(), indent=1).encode()
+            payload["routes.json"] = json.dumps(self.routing.to_dict()).encode()
             meta = self.metadata
             meta["checksums"] = {name: _sha256(data) for name, data in payload.items()}
             payload["metadata.json"] = json.dumps(meta, indent=1, sort_keys=True).encode()
@@ -244,4 +254,5 @@ def load_module(path: str | os.PathLike) -> ChipletModule:
         target=meta.get("target", ""),
         path=path,
         _tmpdir=tmpdir,
+        routing=RoutingTables.from_dict(json.loads(payload["routes.json"])),
     )

@@ -164,7 +164,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         module.check_faults(args.faults)
     inputs = _load_inputs(args, module.input_specs)
     sim = simulate_plan(module.plan, module.system, batches=args.batches, network=args.network,
-                        progress=_progress_printer("simulate"))
+                        progress=_progress_printer("simulate"), routing=module.routing)
     execution = module.run(inputs)
     report = profile_report(module.plan, module.system, sim, execution)
     if args.outputs:
@@ -192,6 +192,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         for i, out in enumerate(execution.outputs):
             print(f"output_{i}: shape {list(out.shape)} {out.dtype}, "
                   f"mean {float(np.mean(out)):.6g}, std {float(np.std(out)):.6g}")
+    return 0
+
+
+def cmd_routes(args: argparse.Namespace) -> int:
+    from tvm_chiplet.runtime.artifact import load_module
+
+    routing = load_module(args.artifact).routing
+    if args.json:
+        print(json.dumps(routing.to_dict(), indent=1))
+    else:
+        print(routing.format(args.router))
     return 0
 
 
@@ -360,6 +371,13 @@ def make_parser() -> argparse.ArgumentParser:
     noc.add_argument("--jobs", type=int, help="processes for --rates (default: all cores)")
     noc.add_argument("--json", action="store_true")
     noc.set_defaults(func=cmd_simulate_noc)
+
+    routes = sub.add_parser("routes", help="print an artifact's routing tables (per router: "
+                            "destination -> output port and VC class), as the simulator uses them")
+    routes.add_argument("artifact")
+    routes.add_argument("--router", help="only this router (cluster name, e.g. x0y0.k0)")
+    routes.add_argument("--json", action="store_true", help="the tables as routes.json holds them")
+    routes.set_defaults(func=cmd_routes)
 
     targets = sub.add_parser("targets", help="list chiplet presets")
     targets.set_defaults(func=cmd_targets)

@@ -28,6 +28,7 @@ from tvm_chiplet.runtime.artifact import ChipletModule
 from tvm_chiplet.runtime.device import DeviceSimResult, simulate_plan, simulate_workload
 from tvm_chiplet.targets.faults import parse_fault_counts, parse_faults, with_faults
 from tvm_chiplet.targets.faults import random_faults as random_faults_of
+from tvm_chiplet.targets.routing import RoutingTables, routing_tables
 from tvm_chiplet.targets.system import ChipletSystem
 from tvm_chiplet.targets.target import ChipletTarget, ChipletTargetError, parse_target
 from tvm_chiplet.targets.topology import Topology
@@ -203,15 +204,17 @@ def compare_to_bound(sim: DeviceSimResult, graph: OpGraph, system: ChipletSystem
 
 
 def estimate_plan(plan: dict, system: ChipletSystem, network: str = "flow",
-                  graph: OpGraph | None = None) -> list[dict]:
+                  graph: OpGraph | None = None, routing: RoutingTables | None = None
+                  ) -> list[dict]:
     """Simulated cycles of a plan at batch 1 and 64 against the physical lower bound of
     ``graph``, the model's op graph (default: the plan's own tasks, which are the model's ops
-    unless the plan splits them)."""
+    unless the plan splits them); messages routed by walking ``routing`` when given."""
     if graph is None:
         graph = OpGraph.from_tasks([t for t in plan["tasks"] if t.get("copy", 0) == 0])
     return [
         {"batches": batches,
-         **compare_to_bound(simulate_plan(plan, system, batches, network), graph, system)}
+         **compare_to_bound(simulate_plan(plan, system, batches, network, routing=routing),
+                            graph, system)}
         for batches in ESTIMATE_BATCHES
     ]
 
@@ -338,7 +341,9 @@ def build(
         # The parts of split ops are no ops of the model: bound the model's own op graph.
         model_graph = extract_op_graph(ReduceGraph(chiplet_target.tvm_target)(mod),
                                        chiplet_target.system.device_dtype)
-    plan["estimate"] = estimate_plan(plan, chiplet_target.system, graph=model_graph)
+    routing = routing_tables(chiplet_target.system)
+    plan["estimate"] = estimate_plan(plan, chiplet_target.system, graph=model_graph,
+                                     routing=routing)
     plan["compile_seconds"] = {
         "plan": plan_time,
         "total": time.perf_counter() - started,
@@ -349,4 +354,5 @@ def build(
         system=chiplet_target.system,
         input_specs=specs,
         target=str(chiplet_target.tvm_target.tag or chiplet_target.tvm_target),
+        routing=routing,
     )

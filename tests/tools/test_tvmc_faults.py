@@ -1,4 +1,5 @@
-"""tvmc compile --faults / --random-faults and tvmc run --faults on a healthy artifact."""
+"""tvmc compile --faults / --random-faults, tvmc run --faults on a healthy artifact, and
+tvmc routes: the routing tables printed are the ones the simulator routes by."""
 
 import json
 import tarfile
@@ -7,6 +8,8 @@ import onnx
 import pytest
 
 from tvm_chiplet.build import build
+from tvm_chiplet.runtime import device
+from tvm_chiplet.targets.routing import RoutingTables
 from tvm_chiplet.tools import models
 from tvm_chiplet.tools.tvmc import main
 
@@ -50,3 +53,29 @@ def test_running_a_healthy_artifact_on_a_faulty_system_says_what_breaks(cnn, tmp
            "'x0y0'" in err
     assert main(["run", str(artifact), "--faults", "x3y3"]) == 2
     assert "no planned cluster or route uses them" in capsys.readouterr().err
+
+
+def test_the_simulator_routes_by_the_tables_tvmc_routes_prints(cnn, tmp_path, capsys,
+                                                                monkeypatch):
+    artifact = tmp_path / "f.tar"
+    assert main(["compile", str(cnn), "--target", "chiplet/mesh-4x4", "--target-chiplet-strategy",
+                 "modular", "--faults", "x1y1,x0y0:x1y0", "-o", str(artifact)]) == 0
+    capsys.readouterr()
+    assert main(["routes", str(artifact), "--router", "x0y0.k0"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("routing tables of mesh-4x4: scheme up-down (up*/down*, "
+                           "deadlock-free), 2 VC class(es), 15 routers\nrouter x0y0.k0 (0)\n")
+    assert main(["routes", str(artifact), "--json"]) == 0
+    printed = RoutingTables.from_dict(json.loads(capsys.readouterr().out))
+    seen = []
+    real_simulate = device.simulate
+    monkeypatch.setattr(device, "simulate", lambda tasks, messages, **kw: (
+        seen.append((tasks, messages)), real_simulate(tasks, messages, **kw))[1])
+    assert main(["run", str(artifact)]) == 0
+    tasks, messages = seen[0]
+    crossing = [m for m in messages if tasks[m.src_task].cluster != tasks[m.dst_task].cluster
+                and tasks[m.src_task].cluster < 15 and tasks[m.dst_task].cluster < 15]
+    assert crossing
+    for message in crossing:
+        assert list(message.route) == printed.route(tasks[message.src_task].cluster,
+                                                    tasks[message.dst_task].cluster)
