@@ -90,6 +90,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
             f"{row['simulated_cycles']:.0f} cycles, {rate_label(row['throughput_per_s'])}, "
             f"{row['ratio_to_bound']:.2f}x the lower bound ({row['bound_binding']})"
         )
+    cost = plan["cost_estimate"]
+    parts = ", ".join(f"{name.replace('_', '-')} {cost[name]:.0f}" for name in
+                      ("compute", "intra_op", "inter_op", "contention", "dram"))
+    print(f"  cost estimate from the routing tables, cycles per input: {parts}; "
+          f"{cost['cycles']['64']:.0f} cycles for 64 input(s)")
     calibration = plan["estimate"][0].get("network_calibration")
     print(f"  network model: {plan['estimate'][0]['network']}"
           + (f", calibrated against flit ({calibration})" if calibration else

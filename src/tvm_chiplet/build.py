@@ -26,6 +26,7 @@ from tvm_chiplet.passes.planners import AutoPlanner, Planner
 from tvm_chiplet.passes.reduce_graph import ReduceGraph
 from tvm_chiplet.runtime.artifact import ChipletModule
 from tvm_chiplet.runtime.device import DeviceSimResult, simulate_plan, simulate_workload
+from tvm_chiplet.targets.cost_estimate import plan_cost
 from tvm_chiplet.targets.faults import parse_fault_counts, parse_faults, with_faults
 from tvm_chiplet.targets.faults import random_faults as random_faults_of
 from tvm_chiplet.targets.routing import RoutingTables, routing_tables
@@ -342,6 +343,9 @@ def build(
         model_graph = extract_op_graph(ReduceGraph(chiplet_target.tvm_target)(mod),
                                        chiplet_target.system.device_dtype)
     routing = routing_tables(chiplet_target.system)
+    cost = plan_cost(plan, chiplet_target.system, routing)
+    plan["cost_estimate"] = {**cost.to_dict(), "cycles": {
+        str(batches): cost.cycles(batches) for batches in ESTIMATE_BATCHES}}
     plan["estimate"] = estimate_plan(plan, chiplet_target.system, graph=model_graph,
                                      routing=routing)
     plan["compile_seconds"] = {

@@ -36,6 +36,11 @@ def test_compile_plans_on_named_and_random_faults_on_top_of_a_preset(cnn, tmp_pa
         system = json.load(tar.extractfile("system.json"))
     assert plan["faults"]["dead"]["links"][0] == ["x2y2", "x3y2"]
     assert len(plan["faults"]["dead"]["links"]) == 3
+    assert "cost estimate from the routing tables, cycles per input: compute " in out
+    cost = plan["cost_estimate"]
+    assert cost["per_inference"] == max(cost["compute"], cost["dram"],
+                                        max(cost["intra_op"], cost["inter_op"])
+                                        + cost["contention"])
     assert sum(len(c["cluster"]) for c in system["chiplet"]) == 14
     # The same artifact runs with the faults it was compiled for.
     assert main(["run", str(artifact), "--faults", "x0y1,x2y2:x3y2"]) == 0
