@@ -31,6 +31,7 @@ All routes are cached per :class:`Topology`. Builders for synthetic studies live
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 import operator
@@ -337,6 +338,18 @@ class Topology:
             snake = self._snake_cluster_order()
             self._order = snake if self.scheme != "up-down" else self._graph_order(snake)
         return list(self._order)
+
+    def with_cluster_order(self, order: Iterable[int]) -> Topology:
+        """A view of this topology (same routes, shared caches) whose :meth:`cluster_order` is
+        ``order``, a permutation of the cluster ids: how a planner hands another planner the
+        order its stages should follow."""
+        order = [self._node(c) for c in order]
+        if sorted(order) != list(range(self.system.num_clusters)):
+            raise ValueError(f"expected a permutation of the {self.system.num_clusters} cluster "
+                             f"ids of {self.system.name!r}, got {order}")
+        view = copy.copy(self)
+        view._order = order
+        return view
 
     def _snake_cluster_order(self) -> list[int]:
         order = []
