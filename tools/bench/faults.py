@@ -137,7 +137,9 @@ def bench_case(graph, healthy: ChipletSystem, healthy_plan, healthy_rate: float,
     return row
 
 
-def bench_model(name: str, options: dict, preset: str, args) -> list[dict]:
+def bench_model(name: str, options: dict, preset: str, args, done) -> None:
+    """Every fault case of one model on one preset; ``done(row)`` after each (the tables are
+    rewritten then, so a stopped run keeps what it measured)."""
     healthy = load_system(preset)
     graph = extract_op_graph(ReduceGraph()(load_model(models.get_model(name, **options))),
                              healthy.device_dtype)
@@ -147,20 +149,18 @@ def bench_model(name: str, options: dict, preset: str, args) -> list[dict]:
     healthy_plan_s = time.perf_counter() - started
     healthy_rate = _simulate(problem, _workload(problem, plan), args.batches,
                              plan.copies).throughput_per_cycle
-    rows = []
     cases = [("chiplets", k) for k in args.chiplets] + [("links", k) for k in args.links]
     for kind, count in cases:
         for seed in range(args.sets):
             row = bench_case(graph, healthy, plan, healthy_rate, kind, count, seed, args.batches)
             row = {"model": name, "preset": preset, **row, "healthy_plan_s": healthy_plan_s,
                    "healthy_per_s": healthy_rate * healthy.frequency_hz}
-            rows.append(row)
+            done(row)
             print(f"[faults] {name} {preset} {kind}={count} seed {seed}: retained "
                   f"{row['fault_aware_retained']:.3f} (compute {row['surviving_compute']:.3f}), "
                   f"x{row['aware_vs_oblivious']:.2f} oblivious, plan "
                   f"{row['fault_aware_plan_s']:.1f} s (healthy pipeline {healthy_plan_s:.1f} s), "
                   f"routes ok {row['routes_ok']}", flush=True)
-    return rows
 
 
 def summarise(rows: list[dict]) -> list[dict]:
@@ -226,12 +226,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="tools/bench/results")
     args = parser.parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else list(argv)
-    rows = []
+    rows: list[dict] = []
+
+    def done(row: dict) -> None:
+        rows.append(row)
+        write(args.out, rows, summarise(rows), args)
+
     for name in args.models:
         options = QUICK.get(name, {}) if args.quick else MODELS.get(name, {})
         for preset in args.presets:
-            rows += bench_model(name, options, preset, args)
-    write(args.out, rows, summarise(rows), args)
+            bench_model(name, options, preset, args, done)
     return 0 if all(r["routes_ok"] for r in rows) else 1
 
 
