@@ -16,10 +16,12 @@ import tvm_ffi
 from tvm import relax
 
 from tvm_chiplet.runtime.files import atomic_write
+from tvm_chiplet.targets.faults import dead_parts, parse_faults, with_faults
+from tvm_chiplet.targets.routing import RoutingTables, routing_tables
 from tvm_chiplet.targets.system import ChipletSystem
 
-FORMAT_VERSION = 1
-MEMBERS = ("lib.so", "plan.json", "system.json")
+FORMAT_VERSION = 2  # 2: routes.json, the routing tables
+MEMBERS = ("lib.so", "plan.json", "system.json", "routes.json")
 
 
 @tvm_ffi.register_error
@@ -63,7 +65,9 @@ class ChipletModule:
     """A model compiled for a chiplet system: one Relax executable plus its plan.
 
     ``executable`` holds ``main`` and every segment function; ``plan`` is the ``plan.json``
-    dictionary (segments, transfers, tasks, messages); ``system`` the chiplet system.
+    dictionary (segments, transfers, tasks, messages); ``system`` the chiplet system;
+    ``routing`` its routing tables (``routes.json``, derived from the system when not given),
+    which the device simulator walks to route messages.
     """
 
     executable: object
@@ -73,6 +77,11 @@ class ChipletModule:
     target: str = ""
     path: str | None = None
     _tmpdir: object = field(default=None, repr=False)
+    routing: RoutingTables | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.routing is None:
+            self.routing = routing_tables(self.system)
 
     @property
     def metadata(self) -> dict:
@@ -88,7 +97,8 @@ class ChipletModule:
         return relax.VirtualMachine(self.executable, tvm.cpu())
 
     def export_library(self, path: str | os.PathLike) -> str:
-        """Write the artifact ``.tar`` (lib.so, plan.json, system.json, metadata.json) atomically.
+        """Write the artifact ``.tar`` (lib.so, plan.json, system.json, routes.json, metadata.json)
+        atomically.
 
         The file appears complete or not at all: everything is written to a temporary file next to
         ``path`` and renamed into place.
@@ -104,6 +114,7 @@ class ChipletModule:
                 payload = {"lib.so": handle.read()}
             payload["plan.json"] = json.dumps(self.plan, indent=1, sort_keys=True).encode()
             payload["system.json"] = json.dumps(self.system.to_dict(), indent=1).encode()
+            payload["routes.json"] = json.dumps(self.routing.to_dict()).encode()
             meta = self.metadata
             meta["checksums"] = {name: _sha256(data) for name, data in payload.items()}
             payload["metadata.json"] = json.dumps(meta, indent=1, sort_keys=True).encode()
@@ -120,11 +131,61 @@ class ChipletModule:
         self.path = path
         return path
 
+    def check_faults(self, faults: dict | str) -> None:
+        """Refuse to run on the artifact's system with ``faults`` (a ``[faults]`` table or
+        ``tvmc --faults`` text) dead: the error says which of the plan's clusters and links
+        they break, and to recompile for the faulty system.
+
+        Faults the artifact was compiled with (``plan.json`` ``faults``) are accepted as they
+        are. Any other dead part changes the cluster numbering and the routing tables, so the
+        plan no longer runs as compiled.
+        """
+        table = _fault_table(faults)
+        compiled = (self.plan.get("faults") or {}).get("dead", {})
+        new = {kind: [i for i in items if i not in compiled.get(kind, [])]
+               for kind, items in table.items()}
+        new = {kind: items for kind, items in new.items() if items}
+        if not new:
+            return
+        faulty, notes = with_faults(self.system, new)
+        dead_clusters, dead_links = dead_parts(self.system, faulty)
+        used = set(self.plan.get("clusters_used", []))
+        routes = [m["route"] for m in self.plan.get("messages", [])]
+        routes += [f["route"] for f in self.plan.get("dram_fetches", [])]
+        broken_links = [i for i in dead_links if any(i in route for route in routes)]
+        names = self.system.clusters
+        broken = [f"clusters {', '.join(names[c].name for c in dead_clusters if c in used)} "
+                  "hold planned work"] if used & set(dead_clusters) else []
+        if broken_links:
+            shown = ", ".join(f"{names[self.system.links[i].src].name}->"
+                              f"{names[self.system.links[i].dst].name}" for i in broken_links[:6])
+            more = f" ({len(broken_links)} in all)" if len(broken_links) > 6 else ""
+            broken.append(f"routes cross dead links {shown}{more}")
+        if not broken:
+            broken.append("no planned cluster or route uses them, but the surviving clusters "
+                          "are renumbered and rerouted")
+        every = {kind: [*compiled.get(kind, []), *new.get(kind, [])]
+                 for kind in (*compiled, *new)}
+        text = ",".join(
+            ":".join(item) if isinstance(item, list) else item
+            for items in every.values() for item in items)
+        where = self.path or "this artifact"
+        raise ArtifactError(
+            f"{where} was compiled for {self.system.name} without faults {new}: "
+            f"{'; '.join(broken + notes)}; recompile it for the faulty system "
+            f"(tvmc compile ... --faults '{text}', or build(..., faults=...))")
+
     def run(self, inputs, **options):
         """Run on the host, one worker per cluster; see :class:`tvm_chiplet.runtime.Executor`."""
         from tvm_chiplet.runtime.executor import Executor
 
         return Executor(self).run(inputs, **options)
+
+
+def _fault_table(faults: dict | str) -> dict[str, list]:
+    if isinstance(faults, str):
+        return parse_faults(faults)
+    return {kind: list(items) for kind, items in faults.items() if items}
 
 
 def load_module(path: str | os.PathLike) -> ChipletModule:
@@ -193,4 +254,5 @@ def load_module(path: str | os.PathLike) -> ChipletModule:
         target=meta.get("target", ""),
         path=path,
         _tmpdir=tmpdir,
+        routing=RoutingTables.from_dict(json.loads(payload["routes.json"])),
     )

@@ -18,6 +18,7 @@ import numpy as np
 
 from tvm_chiplet.runtime.simulator import SimMessage, SimResult, SimTask, simulate
 from tvm_chiplet.targets.cost_model import static_energy_pj
+from tvm_chiplet.targets.routing import RoutingTables
 from tvm_chiplet.targets.system import ChipletSystem
 from tvm_chiplet.targets.topology import Topology
 
@@ -114,6 +115,7 @@ class DeviceSimResult(SimResult):
 def simulate_workload(
     tasks: list[dict], messages: list[dict], system: ChipletSystem, batches: int = 1,
     network: str = "flow", progress=None, fetches: list[dict] = (), copies: int = 1,
+    routing: RoutingTables | None = None,
 ) -> DeviceSimResult:
     """Simulate tasks (``name``, ``cluster``, ``cycles``), routed messages and DRAM fetches.
 
@@ -137,6 +139,11 @@ def simulate_workload(
     result covers the system's clusters, links, tasks and messages only (fetch tasks, engines
     and controller links are simulated but left out). ``progress(fraction)`` is called as the
     simulation advances; Ctrl-C stops it cleanly.
+
+    With ``routing`` (the artifact's :class:`~tvm_chiplet.targets.routing.RoutingTables`),
+    every message between two clusters and every fetch is routed by walking the tables, as the
+    routers would, and not by the routes written in ``messages`` / ``fetches``; a shared
+    transfer keeps its tree or ring (each ring hop is a table route) under ``flow``.
     """
     if copies < 1:
         raise ValueError(f"copies must be >= 1, got {copies}")
@@ -149,7 +156,9 @@ def simulate_workload(
                                                                       strict=True)]
     latency = [link.latency for link in links] + [0.0] * len(system.drams)
     sim_tasks = [SimTask(t["name"], t["cluster"], float(t["cycles"])) for t in tasks]
-    if network == "flit":
+    if routing is not None:
+        messages, fetches = _routed(tasks, messages, fetches, system, routing, network)
+    elif network == "flit":
         messages = _unshared(tasks, messages, system)
     sim_messages = [
         SimMessage(m["src"], m["dst"], int(m["bytes"]), list(m["route"]), m.get("multicast"))
@@ -215,6 +224,26 @@ def simulate_workload(
     )
 
 
+def _routed(tasks: list[dict], messages: list[dict], fetches: list[dict],
+            system: ChipletSystem, routing: RoutingTables, network: str
+            ) -> tuple[list[dict], list[dict]]:
+    """``messages`` and ``fetches`` with their routes walked on ``routing``; shared transfers
+    keep theirs except under ``flit``, which sends each copy alone."""
+    routed = []
+    for message in messages:
+        if message.get("multicast") is None or network == "flit":
+            route = routing.route(tasks[message["src"]]["cluster"],
+                                  tasks[message["dst"]]["cluster"])
+            message = {**message, "route": route, "multicast": None}
+        routed.append(message)
+    walked = []
+    for fetch in fetches:
+        source = fetch["lender"] if fetch.get("dram") is None \
+            else system.drams[fetch["dram"]].node
+        walked.append({**fetch, "route": routing.route(source, fetch["cluster"])})
+    return routed, walked
+
+
 def _unshared(tasks: list[dict], messages: list[dict], system: ChipletSystem) -> list[dict]:
     """``messages`` with every copy of a shared transfer sent alone on the system's own route:
     the ``flit`` routers neither replicate packets nor relay around a ring."""
@@ -231,8 +260,11 @@ def _unshared(tasks: list[dict], messages: list[dict], system: ChipletSystem) ->
 
 
 def simulate_plan(
-    plan: dict, system: ChipletSystem, batches: int = 1, network: str = "flow", progress=None
+    plan: dict, system: ChipletSystem, batches: int = 1, network: str = "flow", progress=None,
+    routing: RoutingTables | None = None,
 ) -> DeviceSimResult:
-    """Simulate a compiled plan on its system: tasks with cost-model cycles, routed messages."""
+    """Simulate a compiled plan on its system: tasks with cost-model cycles, routed messages
+    (routed by walking ``routing``, the artifact's tables, when given)."""
     return simulate_workload(plan["tasks"], plan["messages"], system, batches, network, progress,
-                             plan.get("dram_fetches", []), copies=plan.get("copies", 1))
+                             plan.get("dram_fetches", []), copies=plan.get("copies", 1),
+                             routing=routing)

@@ -137,6 +137,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+import networkx as nx
+
 from tvm_chiplet.targets.system import (
     CALIBRATED_KINDS,
     DEVICE_DTYPES,
@@ -1100,28 +1102,41 @@ class _Builder:
         )
 
     def check_connected(self, clusters: list[Cluster], links: list[Link], faulty: bool) -> None:
-        forward: dict[int, list[int]] = {c.id: [] for c in clusters}
-        backward: dict[int, list[int]] = {c.id: [] for c in clusters}
-        for link in links:
-            forward[link.src].append(link.dst)
-            backward[link.dst].append(link.src)
-        for adjacency, direction in ((forward, "be reached from"), (backward, "reach")):
-            seen = {0}
-            stack = [0]
-            while stack:
-                for nxt in adjacency[stack.pop()]:
-                    if nxt not in seen:
-                        seen.add(nxt)
-                        stack.append(nxt)
-            if len(seen) < len(clusters):
-                lost = [c.name for c in clusters if c.id not in seen]
-                cause = "after removing [faults]" if faulty else "with the links given"
-                self.fail(
-                    "link" if not faulty else "faults",
-                    f"the system is disconnected {cause}: {_preview(lost)} cannot {direction} "
-                    f"{clusters[0].name!r}; expected every cluster to reach every other "
-                    f"(add links or remove fewer parts)",
-                )
+        """Refuse a system whose clusters cannot all reach each other, naming its islands: the
+        groups of clusters that reach each other (strongly connected components), each given
+        by its whole chiplets' names and any lone clusters'."""
+        graph = nx.DiGraph()
+        graph.add_nodes_from(c.id for c in clusters)
+        graph.add_edges_from((link.src, link.dst) for link in links)
+        if nx.is_strongly_connected(graph):
+            return
+        islands = sorted(sorted(part) for part in nx.strongly_connected_components(graph))
+        described = "; ".join(f"{{{_island_names(clusters, island)}}}" for island in islands)
+        one_way = ", one-way links only between them" if nx.is_weakly_connected(graph) else ""
+        cause = "after removing [faults]" if faulty else "with the links given"
+        self.fail(
+            "link" if not faulty else "faults",
+            f"the system is disconnected {cause}: it splits into {len(islands)} islands "
+            f"whose clusters cannot reach each other{one_way}: {described}; expected every "
+            f"cluster to reach every other (add links or remove fewer parts)",
+        )
+
+
+def _island_names(clusters: list[Cluster], island: list[int]) -> str:
+    """An island's parts: a chiplet's name where all of its surviving clusters are in it."""
+    members = set(island)
+    by_chiplet: dict[int, list[Cluster]] = {}
+    for cluster in clusters:
+        by_chiplet.setdefault(cluster.chiplet, []).append(cluster)
+    names = []
+    for group in by_chiplet.values():
+        inside = [c for c in group if c.id in members]
+        if len(inside) == len(group):
+            names.append(group[0].name.split(".", 1)[0])
+        else:
+            names.extend(c.name for c in inside)
+    shown = ", ".join(names[:12])
+    return shown + (f", ... ({len(names)} in all)" if len(names) > 12 else "")
 
 
 def _local_pairs(spec: _ChipletSpec) -> list[tuple[int, int]]:

@@ -31,6 +31,7 @@ All routes are cached per :class:`Topology`. Builders for synthetic studies live
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 import operator
@@ -95,6 +96,7 @@ class Topology:
         self._updown_dist: dict[int, dict[tuple[int, int], int]] = {}
         if self.scheme == "up-down":
             self._updown_rank = self._rank_nodes()
+        self._order: list[int] | None = None
 
     # ------------------------------------------------------------------ scheme selection
     def _linked_both_ways(self, a: int, b: int) -> bool:
@@ -322,13 +324,69 @@ class Topology:
         return order
 
     def cluster_order(self) -> list[int]:
-        """Cluster ids following :meth:`snake_order`; inside a chiplet a local snake."""
+        """Cluster ids in an order whose consecutive clusters are close on the routes: the
+        order in which pipeline stages take clusters.
+
+        On intact meshes and tori: :meth:`snake_order`, inside a chiplet a local snake. Under
+        ``"up-down"`` routing (faults, irregular systems) the snake may jump across a dead
+        chiplet or link, so a path over the surviving graph is searched instead (greedy
+        nearest neighbour from the snake's start and from the least-linked clusters, then 2-opt
+        on squared hop counts) and kept when its longest step between consecutive clusters is
+        shorter than the snake's, or as long with fewer hops in all.
+        """
+        if self._order is None:
+            snake = self._snake_cluster_order()
+            self._order = snake if self.scheme != "up-down" else self._graph_order(snake)
+        return list(self._order)
+
+    def with_cluster_order(self, order: Iterable[int]) -> Topology:
+        """A view of this topology (same routes, shared caches) whose :meth:`cluster_order` is
+        ``order``, a permutation of the cluster ids: how a planner hands another planner the
+        order its stages should follow."""
+        order = [self._node(c) for c in order]
+        if sorted(order) != list(range(self.system.num_clusters)):
+            raise ValueError(f"expected a permutation of the {self.system.num_clusters} cluster "
+                             f"ids of {self.system.name!r}, got {order}")
+        view = copy.copy(self)
+        view._order = order
+        return view
+
+    def _snake_cluster_order(self) -> list[int]:
         order = []
         for cid in self.snake_order():
             members = [self.system.clusters[i] for i in self.system.chiplets[cid].clusters]
             members.sort(key=lambda c: (c.ly, c.lx if c.ly % 2 == 0 else -c.lx, c.id))
             order.extend(c.id for c in members)
         return order
+
+    def _graph_order(self, snake: list[int]) -> list[int]:
+        """The best of the snake and short paths over every cluster (see :meth:`cluster_order`)."""
+        n = len(snake)
+        if n < 3:
+            return snake
+        hops = {(a, b): self.hops(a, b) for a in snake for b in snake if a != b}
+        far = {pair: max(h, hops[pair[1], pair[0]]) ** 2 for pair, h in hops.items()}
+        rank = {c: i for i, c in enumerate(snake)}
+
+        def score(order: list[int]) -> tuple[int, int]:
+            steps = [hops[pair] for pair in itertools.pairwise(order)]
+            return max(steps), sum(steps)
+
+        degree = {c: self.graph.out_degree(c) for c in snake}
+        starts = [snake[0], *sorted(snake, key=lambda c: (degree[c], rank[c]))[:4]]
+        best, best_score = snake, score(snake)
+        for start in dict.fromkeys(starts):
+            order, left = [start], set(snake) - {start}
+            while left:
+                here = order[-1]
+                nxt = min(left, key=lambda c: (far[here, c], rank[c]))
+                order.append(nxt)
+                left.remove(nxt)
+            order = _two_opt(order, far)
+            for candidate in (order, order[::-1]):
+                if score(candidate) < best_score:
+                    best, best_score = candidate, score(candidate)
+        return best
 
     def tilings(self, count: int) -> list[list[list[int]]]:
         """Ways to cut the chiplet grid into ``count`` congruent rectangular tiles.
@@ -421,6 +479,26 @@ class Topology:
                 )
                 best = min(best, forward, backward)
         return best
+
+
+def _two_opt(order: list[int], cost: dict[tuple[int, int], int]) -> list[int]:
+    """``order`` (a path) improved by reversing segments while that lowers its total cost
+    (``cost`` symmetric), first improvement, until no reversal helps."""
+    order = list(order)
+    n = len(order)
+    improved = True
+    while improved:
+        improved = False
+        for i in range(n - 1):
+            for j in range(i + 1, n):
+                before = (cost[order[i - 1], order[i]] if i > 0 else 0) + \
+                         (cost[order[j], order[j + 1]] if j < n - 1 else 0)
+                after = (cost[order[i - 1], order[j]] if i > 0 else 0) + \
+                        (cost[order[i], order[j + 1]] if j < n - 1 else 0)
+                if after < before:
+                    order[i:j + 1] = order[i:j + 1][::-1]
+                    improved = True
+    return order
 
 
 __all__ = ["ROUTING_SCHEMES", "Topology"]

@@ -55,6 +55,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         args.model, target=target, input_shapes=parse_input_shapes(args.input_shapes),
         pipeline=args.pipeline,
         progress=lambda line: print(f"[compile] {line}", file=sys.stderr, flush=True),
+        faults=args.faults, random_faults=args.random_faults, fault_seed=args.seed,
     )
     module.export_library(args.output)
     plan = module.plan
@@ -67,6 +68,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         f"{len(plan['clusters_used'])} clusters{replicated}, {len(plan['transfers'])} "
         f"transfers -> {args.output}"
     )
+    _print_faults(plan.get("faults"))
     print(f"  device model: {plan['device_dtype']}; "
           f"host numerics: {', '.join(plan['host_dtypes'])}")
     fetches = plan.get("dram_fetches", [])
@@ -89,6 +91,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
             f"{row['simulated_cycles']:.0f} cycles, {rate_label(row['throughput_per_s'])}, "
             f"{row['ratio_to_bound']:.2f}x the lower bound ({row['bound_binding']})"
         )
+    cost = plan["cost_estimate"]
+    parts = ", ".join(f"{name.replace('_', '-')} {cost[name]:.0f}" for name in
+                      ("compute", "intra_op", "inter_op", "contention", "dram"))
+    print(f"  cost estimate from the routing tables, cycles per input: {parts}; "
+          f"{cost['cycles']['64']:.0f} cycles for 64 input(s)")
     calibration = plan["estimate"][0].get("network_calibration")
     print(f"  network model: {plan['estimate'][0]['network']}"
           + (f", calibrated against flit ({calibration})" if calibration else
@@ -99,6 +106,20 @@ def cmd_compile(args: argparse.Namespace) -> int:
               f"({energy_parts(row['energy_breakdown_pj'])}); lower bound "
               f"{energy_label(row['energy_bound_pj'])}")
     return 0
+
+
+def _print_faults(record: dict | None) -> None:
+    if not record:
+        return
+    dead = "; ".join(f"{kind} {', '.join(':'.join(i) if isinstance(i, list) else i for i in items)}"
+                     for kind, items in record["dead"].items())
+    drawn = record.get("random")
+    seed = f" (random: {drawn['counts']} with seed {drawn['seed']})" if drawn else ""
+    print(f"  faults on {record['healthy_system']}{seed}: dead {dead}; "
+          f"{record['surviving_clusters']} of {record['healthy_clusters']} clusters survive "
+          f"({100 * record['surviving_compute']:.0f}% of the compute)")
+    for note in record["notes"]:
+        print(f"  faults: {note}")
 
 
 def _load_inputs(args: argparse.Namespace, specs) -> dict[str, np.ndarray]:
@@ -145,9 +166,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from tvm_chiplet.runtime.profile import chrome_trace, format_table, profile_report
 
     module = load_module(args.artifact)
+    if args.faults:
+        module.check_faults(args.faults)
     inputs = _load_inputs(args, module.input_specs)
     sim = simulate_plan(module.plan, module.system, batches=args.batches, network=args.network,
-                        progress=_progress_printer("simulate"))
+                        progress=_progress_printer("simulate"), routing=module.routing)
     execution = module.run(inputs)
     report = profile_report(module.plan, module.system, sim, execution)
     if args.outputs:
@@ -180,6 +203,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         for i, out in enumerate(execution.outputs):
             print(f"output_{i}: shape {list(out.shape)} {out.dtype}, "
                   f"mean {float(np.mean(out)):.6g}, std {float(np.std(out)):.6g}")
+    return 0
+
+
+def cmd_routes(args: argparse.Namespace) -> int:
+    from tvm_chiplet.runtime.artifact import load_module
+
+    routing = load_module(args.artifact).routing
+    if args.json:
+        print(json.dumps(routing.to_dict(), indent=1))
+    else:
+        print(routing.format(args.router))
     return 0
 
 
@@ -311,6 +345,11 @@ def make_parser() -> argparse.ArgumentParser:
                       help="e.g. \"x:[1,3,224,224] mask:[1,128]\"; names may contain ':'; "
                            "quote names with spaces or commas: \"'my input':[1,10]\"")
     comp.add_argument("--pipeline", default="chiplet-default", help="named pass pipeline")
+    comp.add_argument("--faults", help="dead parts on top of the target's system: "
+                      "comma-separated chiplets (x1y1), clusters (x0y0.k3), links (x0y0:x1y0)")
+    comp.add_argument("--random-faults", metavar="KIND=N,...",
+                      help="kill random parts, e.g. chiplets=2,links=4 (never disconnecting)")
+    comp.add_argument("--seed", type=int, default=0, help="seed of --random-faults (default 0)")
     comp.add_argument("-o", "--output", default="module.tar", help="artifact path")
     comp.set_defaults(func=cmd_compile)
 
@@ -333,6 +372,8 @@ def make_parser() -> argparse.ArgumentParser:
                      help="simulate each op's traffic alone at flit level, as Ray tasks, next "
                           "to the whole model (pip install \".[explore]\")")
     run.add_argument("--address", help="with --per-op-noc: Ray cluster (default: local Ray)")
+    run.add_argument("--faults", help="run on the artifact's system with these parts dead (as "
+                     "tvmc compile --faults): says what of the plan they break, to recompile")
     run.set_defaults(func=cmd_run)
 
     noc = sub.add_parser("simulate-noc", help="synthetic traffic on a NoC (flit model)")
@@ -378,6 +419,13 @@ def make_parser() -> argparse.ArgumentParser:
     explore.add_argument("--retry-failed", action="store_true",
                          help="run again the points recorded as failed")
     explore.set_defaults(func=cmd_explore)
+
+    routes = sub.add_parser("routes", help="print an artifact's routing tables (per router: "
+                            "destination -> output port and VC class), as the simulator uses them")
+    routes.add_argument("artifact")
+    routes.add_argument("--router", help="only this router (cluster name, e.g. x0y0.k0)")
+    routes.add_argument("--json", action="store_true", help="the tables as routes.json holds them")
+    routes.set_defaults(func=cmd_routes)
 
     targets = sub.add_parser("targets", help="list chiplet presets")
     targets.set_defaults(func=cmd_targets)

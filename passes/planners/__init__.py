@@ -3,6 +3,7 @@
 from tvm_chiplet.passes.planners.auto import AutoPlanner
 from tvm_chiplet.passes.planners.base import Planner, PlanningProblem
 from tvm_chiplet.passes.planners.data_parallel import DataParallelPlanner
+from tvm_chiplet.passes.planners.fault_aware import FaultAwarePlanner
 from tvm_chiplet.passes.planners.ilp import IlpPlanner
 from tvm_chiplet.passes.planners.modular import ModularPlanner
 from tvm_chiplet.passes.planners.partition import min_bottleneck_partition
@@ -23,6 +24,7 @@ PLANNERS: dict[str, type] = {
     ModularPlanner.name: ModularPlanner,
     SinglePlanner.name: SinglePlanner,
     LayerSequentialPlanner.name: LayerSequentialPlanner,
+    FaultAwarePlanner.name: FaultAwarePlanner,
 }
 BASELINES = (SinglePlanner.name, LayerSequentialPlanner.name)
 
@@ -39,6 +41,7 @@ __all__ = [
     "PLANNERS",
     "AutoPlanner",
     "DataParallelPlanner",
+    "FaultAwarePlanner",
     "IlpPlanner",
     "LayerSequentialPlanner",
     "ModularPlanner",

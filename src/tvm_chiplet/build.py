@@ -26,6 +26,10 @@ from tvm_chiplet.passes.planners import AutoPlanner, Planner
 from tvm_chiplet.passes.reduce_graph import ReduceGraph
 from tvm_chiplet.runtime.artifact import ChipletModule
 from tvm_chiplet.runtime.device import DeviceSimResult, simulate_plan, simulate_workload
+from tvm_chiplet.targets.cost_estimate import plan_cost
+from tvm_chiplet.targets.faults import parse_fault_counts, parse_faults, with_faults
+from tvm_chiplet.targets.faults import random_faults as random_faults_of
+from tvm_chiplet.targets.routing import RoutingTables, routing_tables
 from tvm_chiplet.targets.system import ChipletSystem
 from tvm_chiplet.targets.target import ChipletTarget, ChipletTargetError, parse_target
 from tvm_chiplet.targets.topology import Topology
@@ -105,6 +109,36 @@ def describe_plan(schedule: SegmentSchedule, system: ChipletSystem, strategy: st
     }
 
 
+def _apply_faults(target: ChipletTarget, faults: dict | str | None,
+                  random_faults: dict | str | None, seed: int) -> tuple[ChipletTarget, dict]:
+    """The target on its system with ``faults`` and ``random_faults`` dead, and the record of
+    them for ``plan.json``: the healthy system, the dead parts, notes (DRAM controllers lost),
+    the surviving share of compute."""
+    healthy = target.system
+    table = parse_faults(faults) if isinstance(faults, str) else {
+        kind: list(items) for kind, items in (faults or {}).items()}
+    random_record = None
+    if random_faults:
+        counts = (parse_fault_counts(random_faults) if isinstance(random_faults, str)
+                  else dict(random_faults))
+        named = with_faults(healthy, table)[0] if table else healthy
+        drawn = random_faults_of(named, seed=seed, **counts)
+        for kind, items in drawn.items():
+            table[kind] = [*table.get(kind, []), *items]
+        random_record = {"counts": counts, "seed": seed, "drawn": drawn}
+    faulty, notes = with_faults(healthy, table)
+    record = {
+        "healthy_system": healthy.name,
+        "dead": table,
+        "random": random_record,
+        "notes": notes,
+        "surviving_compute": faulty.peak_macs_per_cycle / healthy.peak_macs_per_cycle,
+        "surviving_clusters": faulty.num_clusters,
+        "healthy_clusters": healthy.num_clusters,
+    }
+    return dataclasses.replace(target, system=faulty), record
+
+
 ESTIMATE_BATCHES = (1, 64)
 
 REPORTED_PASSES = ("ReplicateDataParallel", "ReduceGraph", "PlanPlacement",
@@ -171,15 +205,17 @@ def compare_to_bound(sim: DeviceSimResult, graph: OpGraph, system: ChipletSystem
 
 
 def estimate_plan(plan: dict, system: ChipletSystem, network: str = "flow",
-                  graph: OpGraph | None = None) -> list[dict]:
+                  graph: OpGraph | None = None, routing: RoutingTables | None = None
+                  ) -> list[dict]:
     """Simulated cycles of a plan at batch 1 and 64 against the physical lower bound of
     ``graph``, the model's op graph (default: the plan's own tasks, which are the model's ops
-    unless the plan splits them)."""
+    unless the plan splits them); messages routed by walking ``routing`` when given."""
     if graph is None:
         graph = OpGraph.from_tasks([t for t in plan["tasks"] if t.get("copy", 0) == 0])
     return [
         {"batches": batches,
-         **compare_to_bound(simulate_plan(plan, system, batches, network), graph, system)}
+         **compare_to_bound(simulate_plan(plan, system, batches, network, routing=routing),
+                            graph, system)}
         for batches in ESTIMATE_BATCHES
     ]
 
@@ -193,6 +229,9 @@ def build(
     progress: Callable[[str], None] | None = None,
     device_dtype: str | None = None,
     example_inputs: Sequence | None = None,
+    faults: dict | str | None = None,
+    random_faults: dict | str | None = None,
+    fault_seed: int = 0,
 ) -> ChipletModule:
     """Compile a model for a chiplet system into one :class:`ChipletModule`.
 
@@ -226,11 +265,23 @@ def build(
         Precision of the device model (``"int8"``, ``"fp16"``, ``"bf16"``, ``"fp32"``): bytes,
         SRAM use, MAC rates and energy; default the target's ``device-dtype`` option, else the
         system's own. Host numerics stay as compiled (``plan.json`` says both).
+    faults : dict or str, optional
+        Parts to kill on top of the target's system: a ``[faults]`` table or ``tvmc --faults``
+        text (``"x1y1, x0y0.k3, x0y0:x1y0"``; :mod:`tvm_chiplet.targets.faults`). The model is
+        planned and routed on what survives; ``plan.json`` ``faults`` records them.
+    random_faults : dict or str, optional
+        Counts of parts to kill at random, ``{"chiplets": 2, "links": 4}`` or
+        ``"chiplets=2,links=4"``, drawn with ``fault_seed`` among what ``faults`` leaves, never
+        disconnecting the system.
     """
     chiplet_target = target if isinstance(target, ChipletTarget) else parse_target(target)
     if device_dtype is not None:
         chiplet_target = dataclasses.replace(
             chiplet_target, system=chiplet_target.system.with_device_dtype(device_dtype))
+    fault_record = None
+    if faults or random_faults:
+        chiplet_target, fault_record = _apply_faults(chiplet_target, faults, random_faults,
+                                                     fault_seed)
     strategy = strategy or chiplet_target.options.get("strategy", "pipeline")
     if "objective" in chiplet_target.options:
         if strategy != AutoPlanner.name:
@@ -284,12 +335,19 @@ def build(
     plan["device_dtype"] = chiplet_target.system.device_dtype
     plan["host_dtypes"] = host_dtypes(mod)
     plan["import_notes"] = import_notes
+    if fault_record:
+        plan["faults"] = fault_record
     model_graph = None
     if placement.get("notes", {}).get("splits"):
         # The parts of split ops are no ops of the model: bound the model's own op graph.
         model_graph = extract_op_graph(ReduceGraph(chiplet_target.tvm_target)(mod),
                                        chiplet_target.system.device_dtype)
-    plan["estimate"] = estimate_plan(plan, chiplet_target.system, graph=model_graph)
+    routing = routing_tables(chiplet_target.system)
+    cost = plan_cost(plan, chiplet_target.system, routing)
+    plan["cost_estimate"] = {**cost.to_dict(), "cycles": {
+        str(batches): cost.cycles(batches) for batches in ESTIMATE_BATCHES}}
+    plan["estimate"] = estimate_plan(plan, chiplet_target.system, graph=model_graph,
+                                     routing=routing)
     plan["compile_seconds"] = {
         "plan": plan_time,
         "total": time.perf_counter() - started,
@@ -300,4 +358,5 @@ def build(
         system=chiplet_target.system,
         input_specs=specs,
         target=str(chiplet_target.tvm_target.tag or chiplet_target.tvm_target),
+        routing=routing,
     )

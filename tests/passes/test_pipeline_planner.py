@@ -78,3 +78,25 @@ def test_stage_whose_weights_overflow_sram_pays_streaming():
     assert (value, starts) == (2.0, [0, 2])
     value, _ = min_bottleneck_partition(costs, np.zeros((2, 5)), 1, streamed, weights, capacity)
     assert value == 40.0
+
+
+def test_consecutive_stages_are_neighbours_on_a_faulty_grid():
+    import networkx as nx
+
+    from tvm_chiplet.passes.analysis.op_graph import OpGraph, OpNode
+    from tvm_chiplet.passes.planners.base import PlanningProblem
+    from tvm_chiplet.runtime.device import simulate_workload
+    from tvm_chiplet.targets.system_generators import mesh_system
+    from tvm_chiplet.targets.topology import Topology
+
+    system = mesh_system(3, 3, faults={"chiplets": ["x1y1"], "links": [["x0y0", "x1y0"]]})
+    nodes = [OpNode(i, f"op{i}", "call_tir", 4e7, 64, 4096, 0) for i in range(16)]
+    graph = nx.DiGraph()
+    graph.add_nodes_from(range(16))
+    graph.add_edges_from(((i, i + 1) for i in range(15)), nbytes=4096)
+    problem = PlanningProblem(OpGraph(nodes, graph, output_ops=[15]), system, Topology(system),
+                              simulator=simulate_workload)
+    placement = PipelinePlanner(replicate=False).plan(problem)
+    stages = placement.stage_clusters
+    assert len(stages) == system.num_clusters
+    assert max(problem.topology.hops(a, b) for a, b in itertools.pairwise(stages)) <= 1

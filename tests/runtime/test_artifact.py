@@ -34,10 +34,11 @@ def rewrite(path, out, change):
 def test_artifact_holds_library_plan_system_and_metadata(compiled):
     _, path, _ = compiled
     with tarfile.open(path) as tar:
-        assert sorted(tar.getnames()) == ["lib.so", "metadata.json", "plan.json", "system.json"]
+        assert sorted(tar.getnames()) == ["lib.so", "metadata.json", "plan.json", "routes.json",
+                                          "system.json"]
         meta = json.loads(tar.extractfile("metadata.json").read())
     assert meta["inputs"] == [{"name": "x", "shape": [1, 3, 32, 32], "dtype": "float32"}]
-    assert set(meta["checksums"]) == {"lib.so", "plan.json", "system.json"}
+    assert set(meta["checksums"]) == {"lib.so", "plan.json", "routes.json", "system.json"}
     assert meta["versions"]["tvm"]
 
 

@@ -333,8 +333,8 @@ def _mutate(path, value, base=None):
         ),
         (
             _mutate(("faults",), {"links": [["x0y0", "x1y0"], ["x0y0", "x0y1"]]}),
-            r"faults: the system is disconnected after removing \[faults\]: 'x1y0\.k0', .* "
-            r"cannot be reached from 'x0y0\.k0'",
+            r"faults: the system is disconnected after removing \[faults\]: it splits into 2 "
+            r"islands whose clusters cannot reach each other: \{x0y0\}; \{x1y0, x0y1, x1y1\}",
         ),
         (
             _mutate(("faults",), {"chiplets": ["x0y0"]}),
@@ -447,4 +447,18 @@ def test_multicast_must_be_a_boolean(where):
         data["link"] = [{"src": "a", "dst": "b", "multicast": 1}]
         match = r"link\[0\]\.multicast.*true or false"
     with pytest.raises(SystemConfigError, match=match):
+        ChipletSystem.from_dict(data)
+
+
+def test_disconnecting_faults_name_every_island_by_chiplets_and_lone_clusters():
+    data = grid_dict(1, 4, clusters=2, faults={"chiplets": ["x1y0"], "clusters": ["x3y0.k1"]})
+    data["dram"].append({"chiplet": "x3y0", "bandwidth": 7.0})
+    with pytest.raises(
+        SystemConfigError,
+        match=r"splits into 2 islands whose clusters cannot reach each other: \{x0y0\}; "
+              r"\{x2y0, x3y0\}",
+    ):
+        ChipletSystem.from_dict(data)
+    data["faults"] = {"chiplets": ["x1y0"], "links": [["x2y0.k0", "x2y0.k1"]]}
+    with pytest.raises(SystemConfigError, match=r"\{x0y0\}; \{x2y0\.k0, x3y0\}; \{x2y0\.k1\}"):
         ChipletSystem.from_dict(data)

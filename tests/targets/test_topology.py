@@ -275,3 +275,29 @@ def test_system_topology_is_cached_per_system():
     system = mesh_system(2, 2)
     assert system.topology is system.topology
     assert system.topology.route(0, 3) == Topology(system).route(0, 3)
+
+
+def test_cluster_order_steps_between_neighbours_around_a_dead_chiplet_and_link():
+    # The snake order jumped 7 links here (x0y0 -> x1y0 once x0y0-x1y0 and x1y1 are dead).
+    system = mesh_system(3, 3, faults={"chiplets": ["x1y1"], "links": [["x0y0", "x1y0"]]})
+    topology = Topology(system)
+    order = topology.cluster_order()
+    assert sorted(order) == list(range(system.num_clusters))
+    assert [topology.hops(a, b) for a, b in itertools.pairwise(order)] == [1] * 7
+
+
+def test_cluster_order_keeps_the_snake_on_intact_meshes():
+    topology = Topology(load_system("mesh-4x4"))
+    assert topology.cluster_order() == topology._snake_cluster_order()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_cluster_order_on_random_faults_of_simba_takes_short_steps(seed):
+    from tvm_chiplet.targets.faults import random_faults, with_faults
+
+    healthy = load_system("simba-6x6")
+    system, _ = with_faults(healthy, random_faults(healthy, chiplets=4, links=8, seed=seed))
+    topology = Topology(system)
+    order = topology.cluster_order()
+    assert sorted(order) == list(range(system.num_clusters))
+    assert max(topology.hops(a, b) for a, b in itertools.pairwise(order)) <= 2

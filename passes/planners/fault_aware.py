@@ -1,0 +1,193 @@
+"""Fault-tolerant deployment on irregular topologies (after CN117632148A), two levels iterated.
+
+(a) Partition: the pipeline DP (:class:`PipelinePlanner`, no copies) chooses each op's stage
+    and each stage's clusters (its resource count: one cluster, or a region whose convolutions
+    and matmuls split over it) for compute plus the cycles to receive its inputs, over a cluster
+    order whose consecutive clusters are neighbours on the surviving graph.
+(b) Mapping: the clusters the partition uses are permuted onto the surviving topology (among
+    clusters of the same kind: MACs, SRAM, local bandwidth) by local search, first improvement
+    over swaps of two used clusters and moves of a used cluster to an idle one, minimising the
+    busiest link's load (bytes over bandwidth, on the system's routes: up*/down* around the
+    faults), then the total hop-bytes. Messages and weight fetches are counted as the workload
+    of the placement carries them.
+Then the placement is estimated again (:func:`~tvm_chiplet.targets.cost_estimate.estimate_cost`
+for ``batches`` inputs) and (a) runs again over the order the mapping gives (the mapped
+clusters in stage order, then the idle ones), while the estimate improves. Last, the device
+simulator compares the result with the plain pipeline planner's (copies included) and the
+faster is returned; ``notes["fault_aware"]`` records the rounds.
+
+What is simplified: (a) has no term for the contention a random mapping would cause (the
+patent's); the mapping permutes whole clusters, so a region keeps its shape only when the
+permutation keeps it.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+from collections import defaultdict
+
+from tvm_chiplet.passes.planners.base import PlanningProblem
+from tvm_chiplet.passes.planners.evaluate import placement_items, simulate_placement
+from tvm_chiplet.passes.planners.pipeline_planner import PipelinePlanner
+from tvm_chiplet.passes.planners.placement import OpSplit, Placement, PlanningError
+from tvm_chiplet.targets.cost_estimate import estimate_cost
+from tvm_chiplet.targets.routing import routing_tables
+from tvm_chiplet.targets.workload import build_workload, replicate_loans
+
+
+class FaultAwarePlanner:
+    """Partition, map onto the surviving topology, estimate; repeat while the estimate improves.
+
+    Parameters
+    ----------
+    batches : int, default 64
+        Pipelined inputs the estimate and the final comparison are made for.
+    rounds : int, default 3
+        Most partition-and-map rounds.
+    max_passes : int, default 20
+        Most improvement passes of one mapping's local search.
+    """
+
+    name = "fault-aware"
+
+    def __init__(self, batches: int = 64, rounds: int = 3, max_passes: int = 20) -> None:
+        if batches < 1 or rounds < 1 or max_passes < 1:
+            raise PlanningError(f"batches, rounds and max_passes must be >= 1, got {batches}, "
+                                f"{rounds}, {max_passes}")
+        self.batches = batches
+        self.rounds = rounds
+        self.max_passes = max_passes
+
+    def plan(self, problem: PlanningProblem) -> Placement:
+        routing = routing_tables(problem.system)
+        order = list(problem.topology.cluster_order())
+        best, best_cycles, history = None, math.inf, []
+        for _ in range(self.rounds):
+            ordered = copy.copy(problem)
+            ordered.topology = problem.topology.with_cluster_order(order)
+            partition = PipelinePlanner(batches=self.batches, replicate=False).plan(ordered)
+            before = _link_objective(problem, partition)
+            mapped = _map_clusters(problem, partition, self.max_passes)
+            after = _link_objective(problem, mapped)
+            if after > before:  # fetches follow the clusters they serve: the search's model
+                mapped, after = partition, before  # missed that; keep the partition's clusters
+            cycles = _estimate(problem, mapped, routing).cycles(self.batches)
+            history.append({"stages": len(mapped.stage_clusters), "estimate_cycles": cycles,
+                            "busiest_link_before": before[0], "busiest_link_after": after[0],
+                            "hop_bytes_before": before[1], "hop_bytes_after": after[1]})
+            if cycles >= best_cycles:
+                break
+            best, best_cycles = mapped, cycles
+            used = list(dict.fromkeys(c for c in mapped.stage_clusters))
+            used += [c for c in mapped.clusters_used() if c not in used]
+            order = used + [c for c in problem.topology.cluster_order() if c not in set(used)]
+        plain = PipelinePlanner(batches=self.batches).plan(problem)
+        ours = simulate_placement(problem, best, self.batches).total_cycles
+        theirs = simulate_placement(problem, plain, self.batches).total_cycles
+        chosen = best if ours <= theirs else plain
+        notes = {**chosen.notes, "fault_aware": {
+            "rounds": history, "simulated_cycles": float(ours),
+            "pipeline_simulated_cycles": float(theirs), "kept": "mapped" if chosen is best
+            else "pipeline"}}
+        return dataclasses.replace(chosen, strategy=self.name, notes=notes)
+
+
+def _estimate(problem: PlanningProblem, placement: Placement, routing):
+    tasks, messages, _, fetches = _workload(problem, placement)
+    return estimate_cost(tasks, messages, fetches, problem.system, routing)
+
+
+def _workload(problem: PlanningProblem, placement: Placement):
+    items = placement_items(problem, placement)
+    return build_workload(items, problem.system, problem.topology, placement.dram_policy,
+                          placement.dram_shares,
+                          replicate_loans(placement.sram_loans, placement.copy_maps))
+
+
+def _traffic(problem: PlanningProblem, placement: Placement):
+    """Bytes between cluster pairs, and fetched bytes per (source node, cluster)."""
+    tasks, messages, _, fetches = _workload(problem, placement)
+    pairs: dict[tuple[int, int], float] = defaultdict(float)
+    for message in messages:
+        a, b = tasks[message["src"]]["cluster"], tasks[message["dst"]]["cluster"]
+        if a != b:
+            pairs[a, b] += message["bytes"]
+    fixed: dict[tuple[int, int], float] = defaultdict(float)
+    for fetch in fetches:
+        source = fetch["lender"] if fetch.get("dram") is None \
+            else problem.system.drams[fetch["dram"]].node
+        fixed[source, fetch["cluster"]] += fetch["bytes"]
+    return dict(pairs), dict(fixed)
+
+
+def _objective(problem: PlanningProblem, pairs, fixed, image: dict[int, int]
+               ) -> tuple[float, float]:
+    """(busiest link's load in cycles, hop-bytes) with cluster ``c`` moved to ``image[c]``."""
+    topology, links = problem.topology, problem.system.links
+    load: dict[int, float] = defaultdict(float)
+    hop_bytes = 0.0
+    flows = [((image.get(a, a), image.get(b, b)), nbytes) for (a, b), nbytes in pairs.items()]
+    flows += [((src, image.get(dst, dst)), nbytes) for (src, dst), nbytes in fixed.items()]
+    for (a, b), nbytes in flows:
+        route = topology.route(a, b)
+        hop_bytes += nbytes * len(route)
+        for link in route:
+            load[link] += nbytes / links[link].bandwidth
+    return max(load.values(), default=0.0), hop_bytes
+
+
+def _link_objective(problem: PlanningProblem, placement: Placement) -> tuple[float, float]:
+    pairs, fixed = _traffic(problem, placement)
+    return _objective(problem, pairs, fixed, {})
+
+
+def _map_clusters(problem: PlanningProblem, placement: Placement, max_passes: int) -> Placement:
+    """``placement`` with its clusters permuted by first-improvement local search."""
+    pairs, fixed = _traffic(problem, placement)
+    system = problem.system
+    used = placement.clusters_used()
+
+    def kind(c: int) -> tuple:
+        cluster = system.clusters[c]
+        return cluster.macs_per_cycle, cluster.sram_bytes, cluster.local_bandwidth
+
+    image = {c: c for c in used}
+    best = _objective(problem, pairs, fixed, image)
+    for _ in range(max_passes):
+        improved = False
+        for i, a in enumerate(used):
+            idle = [c for c in problem.topology.cluster_order() if c not in image.values()]
+            options = [("swap", b) for b in used[i + 1:] if kind(a) == kind(b)]
+            options += [("move", c) for c in idle if kind(c) == kind(a)]
+            for move, other in options:
+                trial = dict(image)
+                if move == "swap":
+                    trial[a], trial[other] = image[other], image[a]
+                else:
+                    trial[a] = other
+                value = _objective(problem, pairs, fixed, trial)
+                if value < best:
+                    image, best, improved = trial, value, True
+        if not improved:
+            break
+    return _relabel(placement, image)
+
+
+def _relabel(placement: Placement, image: dict[int, int]) -> Placement:
+    def to(c: int) -> int:
+        return image.get(c, c)
+
+    return dataclasses.replace(
+        placement,
+        op_cluster=tuple(to(c) for c in placement.op_cluster),
+        stage_clusters=tuple(to(c) for c in placement.stage_clusters),
+        splits=tuple(OpSplit(s.op_id, s.dim, tuple(to(c) for c in s.clusters))
+                     for s in placement.splits),
+        dram_shares=tuple((to(c), d, f) for c, d, f in placement.dram_shares),
+        sram_loans=tuple((to(b), to(lender), n) for b, lender, n in placement.sram_loans),
+    )
+
+
+__all__ = ["FaultAwarePlanner"]

@@ -1,0 +1,47 @@
+"""Tests of the fault-aware planner: partition, map onto the surviving topology, iterate."""
+
+import networkx as nx
+import pytest
+
+from tvm_chiplet.passes.analysis.op_graph import OpGraph, OpNode
+from tvm_chiplet.passes.planners import FaultAwarePlanner, PipelinePlanner, get_planner
+from tvm_chiplet.passes.planners.base import PlanningProblem
+from tvm_chiplet.passes.planners.evaluate import simulate_placement
+from tvm_chiplet.passes.planners.placement import PlanningError
+from tvm_chiplet.runtime.device import simulate_workload
+from tvm_chiplet.targets.faults import with_faults
+from tvm_chiplet.targets.system_toml import load_system
+from tvm_chiplet.targets.topology import Topology
+
+
+def branchy_problem(system, ops=20):
+    """A chain with skip connections every third op, heavy activations, weights that fit."""
+    nodes = [OpNode(i, f"op{i}", "call_tir", 2e7, 64, 300_000, 200_000) for i in range(ops)]
+    graph = nx.DiGraph()
+    graph.add_nodes_from(range(ops))
+    graph.add_edges_from(((i, i + 1) for i in range(ops - 1)), nbytes=300_000)
+    graph.add_edges_from(((i, i + 3) for i in range(0, ops - 3, 3)), nbytes=300_000)
+    return PlanningProblem(OpGraph(nodes, graph, output_ops=[ops - 1]), system, Topology(system),
+                           simulator=simulate_workload)
+
+
+def test_fault_aware_plan_is_never_slower_than_the_pipeline_and_says_its_rounds():
+    system, _ = with_faults(load_system("mesh-4x4"), "x1y1,x2y2,x0y0:x1y0,x2y0:x2y1")
+    problem = branchy_problem(system)
+    placement = FaultAwarePlanner(batches=16, rounds=2).plan(problem)
+    assert placement.strategy == "fault-aware"
+    notes = placement.notes["fault_aware"]
+    assert 1 <= len(notes["rounds"]) <= 2
+    first = notes["rounds"][0]
+    assert (first["busiest_link_after"], first["hop_bytes_after"]) <= \
+           (first["busiest_link_before"], first["hop_bytes_before"])
+    pipeline = PipelinePlanner(batches=16).plan(problem)
+    ours = simulate_placement(problem, placement, 16).total_cycles
+    assert ours <= simulate_placement(problem, pipeline, 16).total_cycles
+    assert notes["simulated_cycles"] == pytest.approx(ours)
+
+
+def test_fault_aware_is_a_registered_strategy_with_checked_options():
+    assert isinstance(get_planner("fault-aware"), FaultAwarePlanner)
+    with pytest.raises(PlanningError, match=r"rounds and max_passes must be >= 1, got 64, 0, 20"):
+        FaultAwarePlanner(rounds=0)

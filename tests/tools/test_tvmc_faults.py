@@ -1,0 +1,86 @@
+"""tvmc compile --faults / --random-faults, tvmc run --faults on a healthy artifact, and
+tvmc routes: the routing tables printed are the ones the simulator routes by."""
+
+import json
+import tarfile
+
+import onnx
+import pytest
+
+from tvm_chiplet.build import build
+from tvm_chiplet.runtime import device
+from tvm_chiplet.targets.routing import RoutingTables
+from tvm_chiplet.tools import models
+from tvm_chiplet.tools.tvmc import main
+
+
+@pytest.fixture(scope="module")
+def cnn(tmp_path_factory):
+    path = tmp_path_factory.mktemp("faults") / "cnn.onnx"
+    onnx.save(models.get_model("small-cnn"), path)
+    return path
+
+
+def test_compile_plans_on_named_and_random_faults_on_top_of_a_preset(cnn, tmp_path, capsys):
+    artifact = tmp_path / "f.tar"
+    argv = ["compile", str(cnn), "--target", "chiplet/mesh-4x4", "--faults", "x0y1,x2y2:x3y2",
+            "--random-faults", "chiplets=1,links=2", "--seed", "7", "-o", str(artifact)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "faults on mesh-4x4 (random: {'chiplets': 1, 'links': 2} with seed 7): dead " \
+           "chiplets x0y1, " in out
+    assert "14 of 16 clusters survive (88% of the compute)" in out
+    assert "faults: DRAM controller 0 on x0y1.k0 (51.2 B/cycle) is lost with its chiplet" in out
+    with tarfile.open(artifact) as tar:
+        plan = json.load(tar.extractfile("plan.json"))
+        system = json.load(tar.extractfile("system.json"))
+    assert plan["faults"]["dead"]["links"][0] == ["x2y2", "x3y2"]
+    assert len(plan["faults"]["dead"]["links"]) == 3
+    assert "cost estimate from the routing tables, cycles per input: compute " in out
+    cost = plan["cost_estimate"]
+    assert cost["per_inference"] == max(cost["compute"], cost["dram"],
+                                        max(cost["intra_op"], cost["inter_op"])
+                                        + cost["contention"])
+    assert sum(len(c["cluster"]) for c in system["chiplet"]) == 14
+    # The same artifact runs with the faults it was compiled for.
+    assert main(["run", str(artifact), "--faults", "x0y1,x2y2:x3y2"]) == 0
+
+
+def test_running_a_healthy_artifact_on_a_faulty_system_says_what_breaks(cnn, tmp_path, capsys):
+    artifact = tmp_path / "h.tar"
+    build(str(cnn), target="chiplet/mesh-4x4", strategy="single").export_library(artifact)
+    with tarfile.open(artifact) as tar:
+        assert json.load(tar.extractfile("plan.json"))["clusters_used"] == [0]
+    assert main(["run", str(artifact), "--faults", "x0y0"]) == 2
+    err = capsys.readouterr().err
+    assert "was compiled for mesh-4x4 without faults {'chiplets': ['x0y0']}: clusters x0y0.k0 " \
+           "hold planned work; recompile it for the faulty system (tvmc compile ... --faults " \
+           "'x0y0'" in err
+    assert main(["run", str(artifact), "--faults", "x3y3"]) == 2
+    assert "no planned cluster or route uses them" in capsys.readouterr().err
+
+
+def test_the_simulator_routes_by_the_tables_tvmc_routes_prints(cnn, tmp_path, capsys,
+                                                                monkeypatch):
+    artifact = tmp_path / "f.tar"
+    assert main(["compile", str(cnn), "--target", "chiplet/mesh-4x4", "--target-chiplet-strategy",
+                 "modular", "--faults", "x1y1,x0y0:x1y0", "-o", str(artifact)]) == 0
+    capsys.readouterr()
+    assert main(["routes", str(artifact), "--router", "x0y0.k0"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("routing tables of mesh-4x4: scheme up-down (up*/down*, "
+                           "deadlock-free), 2 VC class(es), 15 routers\nrouter x0y0.k0 (0)\n")
+    assert main(["routes", str(artifact), "--json"]) == 0
+    printed = RoutingTables.from_dict(json.loads(capsys.readouterr().out))
+    seen = []
+    real_simulate = device.simulate
+    monkeypatch.setattr(device, "simulate", lambda tasks, messages, **kw: (
+        seen.append((tasks, messages)), real_simulate(tasks, messages, **kw))[1])
+    assert main(["run", str(artifact)]) == 0
+    tasks, messages = seen[0]
+    crossing = [m for m in messages if tasks[m.src_task].cluster != tasks[m.dst_task].cluster
+                and tasks[m.src_task].cluster < 15 and tasks[m.dst_task].cluster < 15]
+    assert crossing
+    for message in crossing:
+        assert list(message.route) == printed.route(tasks[message.src_task].cluster,
+                                                    tasks[message.dst_task].cluster)
