@@ -34,6 +34,7 @@ from tvm_chiplet.passes.planners.base import PlanningProblem
 from tvm_chiplet.passes.planners.placement import REDUCTION_DIMS, WEIGHT_DIMS
 from tvm_chiplet.targets import collectives, cost_model
 from tvm_chiplet.targets.topology import Topology
+from tvm_chiplet.targets.workload import STREAM_BUFFER_FRACTION
 
 AXIS_OF_DIM = {"out_channels": "channels", "cols": "channels", "in_channels": "channels",
                "reduction": "channels", "rows": "rows", "batch": "batch"}
@@ -111,9 +112,16 @@ class _Group:
         self.slowest = min((system.clusters[c] for c in members),
                            key=lambda c: (c.macs_per_cycle, c.local_bandwidth, c.id))
 
+        calibration = system.calibration
+
+        def rate(link: int) -> float:
+            """Bytes per cycle the flow network gives ``link`` (its calibrated efficiency)."""
+            kind = system.links[link].kind
+            return system.links[link].bandwidth * (calibration.factor(kind) if calibration
+                                                   else 1.0)
+
         def worst(loads: Counter) -> float:
-            return max((n / system.links[link].bandwidth for link, n in loads.items()),
-                       default=0.0)
+            return max((n / rate(link) for link, n in loads.items()), default=0.0)
 
         pairs: Counter = Counter()
         out_of: Counter = Counter()
@@ -139,7 +147,7 @@ class _Group:
         elif ring:  # relayed around the ring, pipelined: the slowest hop sets the rate
             hops = {link for a, b in pairwise(ring)
                     for link in topology.route(a, b)}
-            self.broadcast = max(1.0 / system.links[link].bandwidth for link in hops)
+            self.broadcast = max(1.0 / rate(link) for link in hops)
         else:
             self.broadcast = self.scatter
         self.latency = max((topology.route_latency(origin, m) for m in members[1:]),
@@ -154,6 +162,9 @@ class LayoutCosts:
         self.problem = problem
         self.groups = [_Group(problem.topology, g) for g in allocation_groups(problem.topology)]
         self._per_byte: dict[tuple[Layout, Layout], tuple[float, float]] = {}
+        system = problem.system
+        efficiency = system.calibration.factor("dram") if system.calibration else 1.0
+        self.dram_rate = max(sum(d.bandwidth for d in system.drams) * efficiency, 1e-9)
 
     def scatter_axis(self, op_id: int, choice: dict) -> str:
         """The axis a partial value read by ``op_id`` is reduce-scattered along: channels,
@@ -229,11 +240,17 @@ class LayoutCosts:
         else:
             moved = op.bytes_moved / k + weights - op.weight_bytes / k
         members = g.index[:k]
-        resident = weights_on[members].max() + weights <= g.slowest.sram_bytes
+        budget = (1.0 - STREAM_BUFFER_FRACTION) * g.slowest.sram_bytes
+        resident = weights_on[members].max() + weights <= budget
         if weights:
             weights_on[members] += weights
-        return cost_model.op_cycles(op.flops / k, moved, weights, g.slowest,
-                                    self.problem.system, weights_resident=bool(resident))
+        cycles = cost_model.compute_cycles(op.flops / k, moved, g.slowest)
+        if resident or not weights:
+            return cycles
+        # Every part streams its weights at once: the controllers' total bandwidth bounds them.
+        system = self.problem.system
+        return cycles + max(cost_model.dram_fetch_cycles(weights, g.slowest, system),
+                            k * weights / self.dram_rate)
 
 
 def breaks(name: str, axis: str) -> bool:
