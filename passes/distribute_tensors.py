@@ -784,31 +784,52 @@ def distribute_and_reduce(mod: tvm.IRModule, splits: Sequence[DistributedSplit],
             if binding.var not in cluster_of:
                 operands = [v for v in relax.analysis.free_vars(binding.value) if v in cluster_of]
                 cluster_of[binding.var] = cluster_of[operands[0]] if operands else home
-    reduced = _by_level(drop_boundaries(reduced))
+    reduced = _by_level(drop_boundaries(reduced), cluster_of)
     clusters = [cluster_of[b.var] for block in reduced["main"].body.blocks
                 for b in block.bindings]
     return reduced, clusters
 
 
-def _by_level(mod: tvm.IRModule) -> tvm.IRModule:
-    """``mod`` with the bindings of each block of ``main`` in order of their level (the
-    longest chain of bindings of the block they depend on), stably.
+def _by_level(mod: tvm.IRModule, cluster_of: dict[relax.Var, int]) -> tvm.IRModule:
+    """``mod`` with each cluster's bindings of ``main`` in order of their level (the longest
+    chain of bindings of the block they depend on), and as few switches between clusters as
+    that allows.
 
     Each cluster runs its ops in binding order. As DistributeTensors emits a redistribution
     part by part, a cluster would cut the pieces it sends for part ``p + 1`` only after its
     own part ``p`` is done, which waits for the others' pieces: every part would wait for the
     one before. By level, every cluster first cuts and sends what the others need, then
-    assembles and computes its own part.
+    assembles and computes its own part. Between clusters, the bindings are listed one
+    cluster at a time for as long as that cluster's next binding is ready (fewer segments);
+    the lowest-level next binding of any cluster always is.
     """
     main = mod["main"]
     blocks = []
     for block in main.body.blocks:
         level: dict[relax.Var, int] = {}
+        queues: dict[int, list[relax.VarBinding]] = {}
         for binding in block.bindings:
             level[binding.var] = 1 + max(
                 (level[v] for v in relax.analysis.free_vars(binding.value) if v in level),
                 default=-1)
-        ordered = sorted(block.bindings, key=lambda b: level[b.var])
+            queues.setdefault(cluster_of.get(binding.var, -1), []).append(binding)
+        for queue in queues.values():
+            queue.sort(key=lambda b: level[b.var])
+            queue.reverse()  # popped from the end
+        done: set[relax.Var] = set()
+
+        def ready(binding: relax.VarBinding, done=done, level=level) -> bool:
+            return all(v in done for v in relax.analysis.free_vars(binding.value) if v in level)
+
+        ordered: list[relax.VarBinding] = []
+        current = None
+        while len(ordered) < len(block.bindings):
+            if current is None or not queues[current] or not ready(queues[current][-1]):
+                current = min((c for c in queues if queues[c]),
+                              key=lambda c: (level[queues[c][-1].var], c))
+            binding = queues[current].pop()
+            ordered.append(binding)
+            done.add(binding.var)
         blocks.append(type(block)(ordered))
     body = relax.SeqExpr(blocks, main.body.body)
     return _with_main(mod, relax.Function(main.params, body, main.ret_ty, main.is_pure,

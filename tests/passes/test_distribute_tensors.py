@@ -1,5 +1,7 @@
 """DistributeTensors: split layers stay distributed, with collectives only where layouts change."""
 
+from itertools import pairwise
+
 import numpy as np
 import pytest
 import tvm
@@ -195,13 +197,18 @@ def test_a_partial_sum_before_a_layer_norm_is_scattered_along_the_rows_it_keeps(
 def test_each_cluster_sends_what_others_need_before_computing_its_own_part():
     mod = conv_chain()
     splits = [DistributedSplit(0, "rows", (0, 1, 2, 3)), DistributedSplit(1, "rows", (0, 1, 2, 3))]
-    reduced, _ = distribute_and_reduce(mod, splits, home=0)
-    # Bindings come in order of their depth in the data flow, so no cluster's cut for part
-    # p + 1 waits behind its own part p (which waits for the others' cuts).
+    reduced, clusters = distribute_and_reduce(mod, splits, home=0)
+    check_numerics(mod, reduced, (1, 8, 12, 12))
+    # Each cluster's bindings come in order of their depth in the data flow, so no cluster's
+    # cut for part p + 1 waits behind its own part p (which waits for the others' cuts); the
+    # clusters' runs are long (few segments).
+    bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
     depth: dict = {}
-    for block in reduced["main"].body.blocks:
-        for binding in block.bindings:
-            depth[binding.var] = 1 + max((depth[v] for v in relax.analysis.free_vars(
-                binding.value) if v in depth), default=-1)
-        levels = [depth[b.var] for b in block.bindings]
+    for binding in bindings:
+        depth[binding.var] = 1 + max((depth[v] for v in relax.analysis.free_vars(
+            binding.value) if v in depth), default=-1)
+    for cluster in set(clusters):
+        levels = [depth[b.var] for b, c in zip(bindings, clusters, strict=True) if c == cluster]
         assert levels == sorted(levels)
+    switches = sum(a != b for a, b in pairwise(clusters))
+    assert switches < len(bindings) / 3
