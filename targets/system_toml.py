@@ -22,8 +22,8 @@ Compact form (a grid shorthand)::
                                    #   its default-dtype rate (rounded down, at least 1)
 
     [grid]
-    rows = 4                       # required, >= 1 (y runs over rows)
-    cols = 4                       # required, >= 1 (x runs over cols)
+    rows = 4                       # required, >= 1 (y runs over rows); a system has at most
+    cols = 4                       # required, >= 1 (x runs over cols);  65536 clusters in all
 
     [grid.chiplet]                 # template applied to every grid position
     name = "x{x}y{y}"              # optional format string (default shown)
@@ -158,6 +158,10 @@ PRESET_PREFIX = "chiplet/"
 LAYOUTS = ("mesh", "ring")
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+MAX_CLUSTERS = 65536
+"""Most clusters a system may have (and most chiplets per grid side, clusters per chiplet,
+chiplet coordinate): far beyond any real system, small enough that a typo such as
+``count = 1e30`` gets an error rather than a machine out of memory."""
 _ROOT_KEYS = ("system", "grid", "chiplet", "noc", "nop", "link", "dram", "faults",
               "calibration")
 _CALIBRATION_KEYS = ("flow_efficiency", "flit_error", "workload", "fingerprint")
@@ -362,15 +366,18 @@ class _Builder:
             self.fail(_join(path, key), f"missing required field; expected {expected}")
 
     def get_int(
-        self, tbl: dict[str, Any], key: str, path: str, minimum: int, default: int | None = None
+        self, tbl: dict[str, Any], key: str, path: str, minimum: int, default: int | None = None,
+        maximum: int | None = None,
     ) -> int:
-        expected = f"an integer >= {minimum}"
+        expected = (f"an integer >= {minimum}" if maximum is None
+                    else f"an integer in {minimum}..{maximum}")
         if key not in tbl:
             if default is None:
                 self.missing(tbl, key, path, expected)
             return default
         value = tbl[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        if (isinstance(value, bool) or not isinstance(value, int) or value < minimum
+                or (maximum is not None and value > maximum)):
             self.bad(_join(path, key), value, expected)
         return value
 
@@ -621,8 +628,10 @@ class _Builder:
     # -------------------------------------------------------------- chiplets
     def grid_chiplets(self, value: Any) -> list[_ChipletSpec]:
         grid = self.table(value, "grid", _GRID_KEYS)
-        rows = self.get_int(grid, "rows", "grid", 1)
-        cols = self.get_int(grid, "cols", "grid", 1)
+        rows = self.get_int(grid, "rows", "grid", 1, maximum=MAX_CLUSTERS)
+        cols = self.get_int(grid, "cols", "grid", 1, maximum=MAX_CLUSTERS)
+        if rows * cols > MAX_CLUSTERS:
+            self.fail("grid", f"{rows} x {cols} chiplets; expected at most {MAX_CLUSTERS}")
         if "chiplet" not in grid:
             self.fail("grid.chiplet", "missing required table; expected the chiplet template")
         template = self.table(grid["chiplet"], "grid.chiplet", _TEMPLATE_KEYS)
@@ -639,6 +648,9 @@ class _Builder:
                         "grid.chiplet.name", name, "a name of letters, digits, '-' and '_' only"
                     )
                 spec = self.chiplet_body(template, "grid.chiplet", name, x, y)
+                if rows * cols * len(spec.clusters) > MAX_CLUSTERS:
+                    self.fail("grid", f"{rows} x {cols} chiplets of {len(spec.clusters)} "
+                              f"clusters; expected at most {MAX_CLUSTERS} clusters in all")
                 spec.path = f"grid.chiplet at (x={x}, y={y})"
                 chiplets.append(spec)
         return chiplets
@@ -647,8 +659,8 @@ class _Builder:
         chiplets = []
         for path, tbl in self.array_of_tables(value, "chiplet", _CHIPLET_KEYS,
                                      "empty list; expected at least one [[chiplet]]"):
-            x = self.get_int(tbl, "x", path, 0)
-            y = self.get_int(tbl, "y", path, 0)
+            x = self.get_int(tbl, "x", path, 0, maximum=MAX_CLUSTERS)
+            y = self.get_int(tbl, "y", path, 0, maximum=MAX_CLUSTERS)
             name = self.get_name(tbl, "name", path, f"x{x}y{y}")
             chiplets.append(self.chiplet_body(tbl, path, name, x, y))
         return chiplets
@@ -668,7 +680,7 @@ class _Builder:
             entries_paths = [f"{path}.cluster[{i}]" for i in range(len(entries))]
         raw: list[tuple[str, dict[str, Any], str | None]] = []
         for entry, epath in zip(entries, entries_paths, strict=True):
-            count = self.get_int(entry, "count", epath, 1, default=1)
+            count = self.get_int(entry, "count", epath, 1, default=1, maximum=MAX_CLUSTERS)
             if "name" in entry and count != 1:
                 self.fail(
                     _join(epath, "name"),

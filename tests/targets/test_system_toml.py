@@ -228,7 +228,8 @@ def _mutate(path, value, base=None):
             r"grid\.chiplet\.cluster\.macs_per_cycle: missing required field; expected an "
             r"integer >= 1",
         ),
-        (_mutate(("grid", "rows"), "4"), r"grid\.rows: found '4'; expected an integer >= 1"),
+        (_mutate(("grid", "rows"), "4"),
+         r"grid\.rows: found '4'; expected an integer in 1\.\.65536"),
         (_mutate(("grid", "cols"), True), r"grid\.cols: found True"),
         (
             _mutate(("system", "frequency_hz"), 0),
@@ -462,3 +463,14 @@ def test_disconnecting_faults_name_every_island_by_chiplets_and_lone_clusters():
     data["faults"] = {"chiplets": ["x1y0"], "links": [["x2y0.k0", "x2y0.k1"]]}
     with pytest.raises(SystemConfigError, match=r"\{x0y0\}; \{x2y0\.k0, x3y0\}; \{x2y0\.k1\}"):
         ChipletSystem.from_dict(data)
+
+
+@pytest.mark.parametrize(("data", "pattern"), [
+    (grid_dict(rows=10**30), r"grid\.rows.*an integer in 1\.\.65536"),
+    (grid_dict(clusters=10**30), r"grid\.chiplet\.cluster\.count.*an integer in 1\.\.65536"),
+    (grid_dict(rows=1024, cols=1024), r"grid: 1024 x 1024 chiplets; expected at most 65536"),
+    (grid_dict(rows=256, cols=256, clusters=2), r"grid: .*expected at most 65536 clusters"),
+])
+def test_absurd_sizes_are_refused_before_anything_is_built(data, pattern):
+    with pytest.raises(SystemConfigError, match=r"^bad\.toml: " + pattern):
+        ChipletSystem.from_dict(data, source="bad.toml")
