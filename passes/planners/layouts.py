@@ -31,7 +31,7 @@ from itertools import pairwise
 import numpy as np
 
 from tvm_chiplet.passes.planners.base import PlanningProblem
-from tvm_chiplet.passes.planners.placement import REDUCTION_DIMS, WEIGHT_DIMS
+from tvm_chiplet.passes.planners.placement import REDUCTION_DIMS, part_bytes
 from tvm_chiplet.targets import collectives, cost_model
 from tvm_chiplet.targets.topology import Topology
 from tvm_chiplet.targets.workload import STREAM_BUFFER_FRACTION
@@ -232,13 +232,9 @@ class LayoutCosts:
         weights resident while the group's fullest member has room; records the weights."""
         g = self.groups[group]
         k = max(parts, 1)
-        weights = op.weight_bytes / k if dim in WEIGHT_DIMS else op.weight_bytes
-        if dim in REDUCTION_DIMS:
-            moved = op.input_bytes / k + op.output_bytes + weights
-        elif dim in WEIGHT_DIMS:
-            moved = op.input_bytes + op.output_bytes / k + weights
-        else:
-            moved = op.bytes_moved / k + weights - op.weight_bytes / k
+        part_in, part_out, weights = part_bytes(op.input_bytes, op.output_bytes,
+                                                op.weight_bytes, dim, k)
+        moved = part_in + part_out + weights
         members = g.index[:k]
         budget = (1.0 - STREAM_BUFFER_FRACTION) * g.slowest.sram_bytes
         resident = weights_on[members].max() + weights <= budget
