@@ -97,9 +97,14 @@ def onnx_to_relax(
     """Import an ONNX model into Relax, naming unsupported operators and their nodes.
 
     The graph's shape computations are folded first for the static input shapes
-    (:func:`~tvm_chiplet.tools.onnx_folding.fold_shapes`); when folding fails, or the folded
-    graph does not import but the graph as written does, the graph as written is imported.
-    ``report`` receives a line saying what was folded, or why nothing was.
+    (:func:`~tvm_chiplet.tools.onnx_folding.fold_shapes`). When the folded graph does not
+    import, the graph as written is imported with the static shapes; when that fails too, it
+    is imported with the dims the model declares, as plain TVM imports it, and its symbolic
+    dims are then specialised to ``input_shapes`` (:func:`_specialise`): TVM's converters
+    build some ops differently for a static dim than for a symbolic one (Trilu with a
+    computed ``k`` on a static 0-size dim fails), so a model plain TVM imports is imported
+    here too. ``report`` receives a line saying what was folded, or why nothing was, and
+    which fallback was taken.
     """
     input_shapes = dict(input_shapes or {})
     names = [i.name for i in _graph_inputs(model)]
@@ -113,16 +118,64 @@ def onnx_to_relax(
         report(folding.summary())
     try:
         return _import(folded, input_shapes, source)
-    except ModelLoadError as folded_error:
-        if folded is model:
-            raise
+    except ModelLoadError as error:
+        first_error = error
+    fallbacks = []
+    if folded is not model:
+        fallbacks.append((lambda: _import(model, input_shapes, source),
+                          "the folded graph did not import; imported the graph as written"))
+    if input_shapes:
+        reason = str(first_error).removeprefix(f"TVM could not import {source}: ")
+        fallbacks.append((
+            lambda: _specialise(_import(model, {}, source), model, input_shapes, source),
+            f"the graph did not import with static input shapes ({reason[:200]}); imported it "
+            "with the dims the model declares, as plain TVM does, and specialised them"))
+    for attempt, note in fallbacks:
         try:
-            mod = _import(model, input_shapes, source)
+            mod = attempt()
         except ModelLoadError:
-            raise folded_error from None
-    if report:
-        report("the folded graph did not import; imported the graph as written")
-    return mod
+            continue
+        if report:
+            report(note)
+        return mod
+    raise first_error from None
+
+
+def _specialise(mod: tvm.IRModule, model: onnx.ModelProto, input_shapes: dict[str, list[int]],
+                source: str) -> tvm.IRModule:
+    """``mod`` with each symbolic dim of ``main``'s inputs bound to its size in
+    ``input_shapes`` (``relax.transform.BindSymbolicVars``).
+
+    Raises ModelLoadError when a given shape does not fit the dims ``mod`` has: another rank,
+    another static size, or two sizes for one symbolic dim.
+    """
+    binding: dict[tvm.tirx.Var, int] = {}
+    names = [value.name for value in _graph_inputs(model)]
+    params = mod["main"].params
+    if len(names) != len(params):
+        raise ModelLoadError(f"{source} has inputs {names} but TVM's import of it takes "
+                             f"{len(params)}; cannot give them the input shapes")
+    for name, param in zip(names, params, strict=True):
+        ty = param.ty
+        if name not in input_shapes or not isinstance(ty, relax.TensorType) \
+                or not hasattr(ty.shape, "values"):
+            continue
+        dims, sizes = list(ty.shape.values), input_shapes[name]
+        if len(dims) != len(sizes):
+            raise ModelLoadError(f"input {name!r} of {source} has {len(dims)} dims, but its "
+                                 f"given shape {sizes} has {len(sizes)}")
+        for dim, size in zip(dims, sizes, strict=True):
+            if isinstance(dim, tvm.tirx.Var):
+                if binding.setdefault(dim, size) != size:
+                    raise ModelLoadError(
+                        f"dim {dim.name} of {source} is given two sizes, {binding[dim]} and "
+                        f"{size} (input {name!r}); give every input that shares it one size")
+            elif isinstance(dim, tvm.tirx.IntImm) and int(dim) != size:
+                raise ModelLoadError(f"input {name!r} of {source} has a static dim of "
+                                     f"{int(dim)} where its given shape {sizes} has {size}")
+    if not binding:
+        return mod
+    return relax.transform.BindSymbolicVars(binding, "main")(mod)
 
 
 def _import(model: onnx.ModelProto, input_shapes: dict[str, list[int]],

@@ -96,6 +96,40 @@ def test_a_graph_the_optimizer_cannot_fold_is_imported_as_written(monkeypatch):
     assert "R.maximum" in mod["main"].script()
 
 
+def trilu_with_computed_k_model() -> onnx.ModelProto:
+    """``Trilu(x, k)`` with ``k`` an input: TVM's converter builds a mask from ``x``'s dims,
+    which fails on a static 0-size dim but works on a symbolic one."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, "rows", 4])
+    k = helper.make_tensor_value_info("k", TensorProto.INT64, [])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "rows", 4])
+    graph = helper.make_graph([helper.make_node("Trilu", ["x", "k"], ["y"], upper=0)],
+                              "trilu", [x, k], [y])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+
+
+def test_a_graph_that_imports_only_with_symbolic_dims_is_specialised_after_import():
+    model = trilu_with_computed_k_model()
+    shapes = {"x": [2, 0, 4], "k": []}
+    with pytest.raises(tvm.error.InternalError, match="type is not populated"):
+        from_onnx(model, shape_dict=shapes)
+    notes = []
+    lib = tvm_chiplet.build(model, target="chiplet/cluster-4", input_shapes=shapes,
+                            progress=notes.append)
+    assert lib.plan["import_notes"][-1].startswith(
+        "the graph did not import with static input shapes (Check failed: ")
+    assert [spec.shape for spec in lib.input_specs] == [(2, 0, 4), ()]
+    inputs = {"x": np.zeros((2, 0, 4), "float32"), "k": np.array(1, "int64")}
+    expected = ort.InferenceSession(model.SerializeToString()).run(None, inputs)[0]
+    output = lib.run(inputs).outputs[0]
+    assert output.shape == expected.shape == (2, 0, 4)
+
+
+def test_shapes_that_fit_no_import_raise_the_first_error():
+    model = trilu_with_computed_k_model()
+    with pytest.raises(ModelLoadError, match="could not import the model: Check failed"):
+        load_model(model, {"x": [2, 0], "k": []})
+
+
 @pytest.mark.parametrize(("text", "expected"), [
     ("x:[1,3,224,224] mask:[1,128]", {"x": [1, 3, 224, 224], "mask": [1, 128]}),
     ("x:[1,3],y:[2]", {"x": [1, 3], "y": [2]}),
