@@ -21,6 +21,7 @@ import collections
 import warnings
 from dataclasses import dataclass, field
 
+import numpy as np
 import onnx
 
 
@@ -67,10 +68,28 @@ def fix_input_shapes(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> on
     return fixed
 
 
+SMALL_CONSTANT_OF_SHAPE = 8192
+"""Elements up to which a ``ConstantOfShape`` of a constant shape is folded: the size of a
+shape computation's values (the optimizer's own input size limit), far below an activation's."""
+
+
 def _should_fold(node) -> bool | None:
-    """Keep quantized weights quantized: a ``DequantizeLinear`` of a constant stays, so the
-    importer sees int8 weights (None: the optimizer's own rule)."""
-    return False if node.op_type == "DequantizeLinear" else None
+    """The optimizer's own rule (None), with two exceptions.
+
+    - Keep quantized weights quantized: a ``DequantizeLinear`` of a constant stays, so the
+      importer sees int8 weights.
+    - Fold a small ``ConstantOfShape``, which the optimizer keeps so as not to grow the model:
+      exporters build pads and shapes with it (``ConstantOfShape -> Concat -> Reshape -> Pad``
+      in torch.onnx's reflect padding), and TVM's importer needs those as constants ("Dynamic
+      pads are not supported yet"). One the size of an activation stays an op.
+    """
+    if node.op_type == "DequantizeLinear":
+        return False
+    if node.op_type == "ConstantOfShape" and node.domain in ("", "ai.onnx"):
+        shape = node.inputs[0].const_value if node.inputs and node.inputs[0] else None
+        if shape is not None and int(np.prod(shape.numpy())) <= SMALL_CONSTANT_OF_SHAPE:
+            return True
+    return None
 
 
 def fold_shapes(model: onnx.ModelProto,

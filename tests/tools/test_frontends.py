@@ -74,13 +74,51 @@ def test_shape_subgraphs_fold_to_static_shapes_and_match_onnxruntime():
     notes = []
     mod = load_model(model, {"x": [2, 8]}, report=notes.append)
     assert str(mod["main"].ret_ty.shape) == "R.shape([2, 4])"
-    assert notes[0].startswith("shape folding: 11 -> 5 nodes") and "Range x1" in notes[0]
+    assert notes[0].startswith("shape folding: 11 -> 4 nodes") and "Range x1" in notes[0]
+    assert "ConstantOfShape x1" in notes[0]  # the ones: 16 elements, a constant
     assert "removed" in notes[0]
     lib = tvm_chiplet.build(model, target="chiplet/cluster-4", input_shapes={"x": [2, 8]})
     assert lib.plan["import_notes"] == notes
     x = np.arange(16, dtype="float32").reshape(2, 8)
     expected = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
     np.testing.assert_allclose(lib.run({"x": x}).outputs[0], expected, rtol=1e-6)
+
+
+def reflect_pad_model(width: int) -> onnx.ModelProto:
+    """``Pad(x, mode=reflect)`` with the pads built as torch.onnx builds them, from a
+    ``ConstantOfShape`` of zeros, and ``x + zeros`` with a ``ConstantOfShape`` of ``x``'s
+    (static) shape."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, width])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    zero = helper.make_tensor("zero", TensorProto.INT64, [1], [0])
+    nodes = [
+        helper.make_node("ConstantOfShape", ["three"], ["zeros"], value=zero),
+        helper.make_node("Concat", ["zeros", "two"], ["pads"], axis=0),
+        helper.make_node("Pad", ["x", "pads"], ["padded"], mode="reflect"),
+        helper.make_node("ConstantOfShape", ["shape"], ["big"],
+                         value=helper.make_tensor("v", TensorProto.FLOAT, [1], [0.5])),
+        helper.make_node("Add", ["padded", "big"], ["y"]),
+    ]
+    constants = [helper.make_tensor("three", TensorProto.INT64, [1], [3]),
+                 helper.make_tensor("two", TensorProto.INT64, [1], [2]),
+                 helper.make_tensor("shape", TensorProto.INT64, [2], [4, width + 2])]
+    graph = helper.make_graph(nodes, "pad", [x], [y], initializer=constants)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_small_constant_of_shape_folds_and_a_large_one_stays_an_op():
+    width = 4096  # x + zeros: 4 x 4098 elements, above the folding limit
+    model = reflect_pad_model(width)
+    with pytest.raises(ValueError, match="cannot handle ShapeExpr inputs"):
+        from_onnx(model, shape_dict={"x": [4, width]})
+    notes = []
+    mod = load_model(model, {"x": [4, width]}, report=notes.append)
+    # The pads' zeros fold; the zeros of x's shape stay a ConstantOfShape (3 nodes left).
+    assert notes == ["shape folding: 5 -> 3 nodes (removed Concat x1, ConstantOfShape x1)"]
+    x = np.random.default_rng(0).standard_normal((4, width), dtype="float32")
+    vm = tvm.relax.VirtualMachine(tvm.compile(mod, "llvm"), tvm.cpu())
+    expected = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x)).numpy(), expected, rtol=1e-6)
 
 
 def test_a_graph_the_optimizer_cannot_fold_is_imported_as_written(monkeypatch):
