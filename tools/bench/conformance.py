@@ -34,6 +34,7 @@ import tempfile
 import time
 import warnings
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 
@@ -116,30 +117,46 @@ def _to_tvm(value):
     return value if value is None else tvm.runtime.tensor(np.asarray(value))
 
 
-def run_plain(test: NodeTest) -> list:
-    """The test's outputs with plain TVM: from_onnx, tvm.compile for llvm, the Relax VM."""
+def run_plain(test: NodeTest, stages: list[str] | None = None) -> list:
+    """The test's outputs with plain TVM: from_onnx, tvm.compile for llvm, the Relax VM.
+
+    ``stages``, when given, gets ``"import"``, ``"compile"`` and ``"run"`` appended as each
+    starts: after an exception its last item says where it happened."""
     import tvm
     from tvm import relax
 
+    stages = [] if stages is None else stages
+    stages.append("import")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         mod = relax.frontend.onnx.from_onnx(test.model)
+    stages.append("compile")
     executable = tvm.compile(mod, target="llvm")
+    stages.append("run")
     result = relax.VirtualMachine(executable, tvm.cpu())["main"](
         *[_to_tvm(value) for value in test.inputs])
     outputs = _from_tvm(result)
     return _onnx_outputs(test, outputs if isinstance(outputs, list) else [outputs])
 
 
-def run_chiplet(test: NodeTest, target: str = DEFAULT_TARGET) -> list:
+def run_chiplet(test: NodeTest, target: str = DEFAULT_TARGET, stages: list[str] | None = None,
+                notes: list[str] | None = None) -> list:
     """The test's outputs on the chiplet path: :func:`tvm_chiplet.build` with the inputs' shapes
-    as ``input_shapes``, then the host executor."""
+    as ``input_shapes``, then the host executor.
+
+    ``stages``, when given, gets ``"build"`` (import, planning and compilation) and ``"run"``
+    appended as each starts; ``notes`` gets the build's import notes (what folding did)."""
     import tvm_chiplet
 
+    stages = [] if stages is None else stages
     shapes = {name: list(np.shape(value))
               for name, value in zip(test.input_names, test.inputs, strict=True)
               if isinstance(value, np.ndarray | np.generic)}
+    stages.append("build")
     module = tvm_chiplet.build(test.model, target=target, input_shapes=shapes)
+    if notes is not None:
+        notes.extend(module.plan["import_notes"])
+    stages.append("run")
     outputs = module.run(dict(zip(test.input_names, test.inputs, strict=True))).outputs
     return _onnx_outputs(test, list(outputs))
 
@@ -192,10 +209,10 @@ def failure_class(error_type: str, message: str) -> str:
 _READY = "ready"
 
 
-def _serve(conn, target: str, stacks_path: str) -> None:
-    """A worker: say when it is ready, then run (test, path) jobs from ``conn`` and answer each
-    with the error, if any. SIGUSR1 writes the Python stacks of its threads to
-    ``stacks_path``."""
+def _serve(conn, job: Callable, target: str, stacks_path: str) -> None:
+    """A worker: say when it is ready, then run ``job(item, path, target)`` for each (item,
+    path) from ``conn`` and answer ``(value, None)`` or ``(None, (error type, message))``.
+    SIGUSR1 writes the Python stacks of its threads to ``stacks_path``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     quiet = os.open(os.devnull, os.O_WRONLY)  # TVM logs importer errors on stdout and stderr
     os.dup2(quiet, 1)
@@ -211,33 +228,32 @@ def _serve(conn, target: str, stacks_path: str) -> None:
     conn.send(_READY)
     while True:
         try:
-            test, path = conn.recv()
+            item, path = conn.recv()
         except EOFError:
             return
         try:
-            run_test(test, path, target)
-            conn.send(None)
+            conn.send((job(item, path, target), None))
         except Exception as err:  # every failure is a result to classify
-            conn.send((type(err).__name__, str(err)))
+            conn.send((None, (type(err).__name__, str(err))))
 
 
 class _Worker:
-    def __init__(self, context, target: str, folder: str) -> None:
+    def __init__(self, context, job: Callable, target: str, folder: str) -> None:
         self.conn, child = context.Pipe()
         handle, self.stacks_path = tempfile.mkstemp(prefix="stacks-", dir=folder)
         os.close(handle)
-        self.process = context.Process(target=_serve, args=(child, target, self.stacks_path),
-                                       daemon=True)
+        self.process = context.Process(target=_serve,
+                                       args=(child, job, target, self.stacks_path), daemon=True)
         self.process.start()
         child.close()
         self.ready = False
         self.job: tuple[int, str] | None = None
         self.started = 0.0
 
-    def submit(self, index: int, path: str, test: NodeTest) -> None:
+    def submit(self, index: int, path: str, item) -> None:
         self.job = (index, path)
         self.started = time.monotonic()
-        self.conn.send((test, path))
+        self.conn.send((item, path))
 
     def where(self) -> str:
         """The innermost Python frame of each of the worker's threads, as it runs now."""
@@ -255,29 +271,42 @@ class _Worker:
         self.conn.close()
 
 
-def run_suite(tests: list[NodeTest], target: str = DEFAULT_TARGET, jobs: int = 2,
-              timeout: float = 120.0, progress=print) -> tuple[list[dict], bool]:
-    """Run every test on both paths in ``jobs`` worker processes, each run within ``timeout``
-    seconds from when its worker gets it (a run that overruns or crashes its worker is a
-    failure, ``Timeout`` or ``WorkerCrash``, and the worker is replaced).
+Result = tuple[object, tuple[str, str] | None]
+"""What a job gave: ``(value, None)``, or ``(None, (error type, message))`` when it raised."""
 
-    Returns one row per test that finished on both paths, in test order, and whether the run
-    completed (False after Ctrl-C).
+
+def run_jobs(items: list, job: Callable, target: str = DEFAULT_TARGET, jobs: int = 2,
+             timeout: float = 120.0, progress=print,
+             on_result: Callable[[int, str, Result], None] | None = None,
+             label: str = "conformance") -> tuple[dict[tuple[int, str], Result], bool]:
+    """Run ``job(item, path, target)`` for every item (with a ``name``) and path of
+    :data:`PATHS` in ``jobs`` worker processes, each within ``timeout`` seconds from when its
+    worker gets it (a run that overruns or crashes its worker fails with ``Timeout`` or
+    ``WorkerCrash``, and the worker is replaced). ``job`` is a module-level function.
+
+    Returns the :data:`Result` of each ``(item index, path)`` that finished, and whether the
+    run completed (False after Ctrl-C). ``on_result`` is called as each result comes in.
     """
     context = multiprocessing.get_context("spawn")
-    pending = [(index, path) for index in range(len(tests)) for path in PATHS]
+    pending = [(index, path) for index in range(len(items)) for path in PATHS]
     pending.reverse()
-    errors: dict[tuple[int, str], tuple[str, str] | None] = {}
-    folder = tempfile.TemporaryDirectory(prefix="conformance-")
-    workers = [_Worker(context, target, folder.name) for _ in range(max(1, jobs))]
-    started, reported = time.monotonic(), 0
+    results: dict[tuple[int, str], Result] = {}
+    folder = tempfile.TemporaryDirectory(prefix=f"{label}-")
+    workers = [_Worker(context, job, target, folder.name) for _ in range(max(1, jobs))]
     completed = True
+
+    def finish(worker: _Worker, result: Result) -> None:
+        key, worker.job = worker.job, None
+        results[key] = result
+        if on_result:
+            on_result(*key, result)
+
     try:
         while pending or any(w.job for w in workers):
             for worker in workers:
                 if worker.ready and worker.job is None and pending:
                     index, path = pending.pop()
-                    worker.submit(index, path, tests[index])
+                    worker.submit(index, path, items[index])
             busy = [w for w in workers if w.job is not None]
             deadline = min(w.started for w in busy) + timeout if busy else None
             ready = wait([w.conn for w in workers if not w.ready or w.job is not None],
@@ -290,41 +319,60 @@ def run_suite(tests: list[NodeTest], target: str = DEFAULT_TARGET, jobs: int = 2
                         worker.process.join()
                         if worker.job is None:
                             raise RuntimeError(
-                                f"a conformance worker died while starting (exit code "
-                                f"{worker.process.exitcode}); run a test in-process with "
-                                "run_test to see why") from None
+                                f"a {label} worker died while starting (exit code "
+                                f"{worker.process.exitcode}); run a job in-process to see "
+                                "why") from None
                         error = ("WorkerCrash", f"exit code {worker.process.exitcode}")
                         error_at = ""
                     else:
                         if message == _READY:
                             worker.ready = True
                         else:
-                            errors[worker.job], worker.job = message, None
+                            finish(worker, message)
                         continue
                 elif worker.job is not None and time.monotonic() - worker.started >= timeout:
                     error = ("Timeout", f"no result within {timeout:g} s")
                     error_at = f"; at {worker.where()}"
                 else:
                     continue
-                progress(f"[conformance] {tests[worker.job[0]].name} ({worker.job[1]}): "
+                progress(f"[{label}] {items[worker.job[0]].name} ({worker.job[1]}): "
                          f"{error[0]}: {error[1]}{error_at}")
-                errors[worker.job] = error
+                finish(worker, (None, error))
                 worker.stop()
-                workers[i] = _Worker(context, target, folder.name)
-            done = sum(1 for i in range(len(tests)) if all((i, p) in errors for p in PATHS))
-            if done - reported >= 50 or (done == len(tests) and reported < done):
-                reported = done
-                plain = sum(1 for (_, p), e in errors.items() if p == "plain" and e is None)
-                chiplet = sum(1 for (_, p), e in errors.items() if p == "chiplet" and e is None)
-                progress(f"[conformance] {done}/{len(tests)} tests, passing: plain {plain}, "
-                         f"chiplet {chiplet} ({time.monotonic() - started:.0f} s)")
+                workers[i] = _Worker(context, job, target, folder.name)
     except KeyboardInterrupt:
         completed = False
-        progress("[conformance] interrupted; writing the tests done so far")
+        progress(f"[{label}] interrupted; writing what is done so far")
     finally:
         for worker in workers:
             worker.stop()
         folder.cleanup()
+    return results, completed
+
+
+def run_suite(tests: list[NodeTest], target: str = DEFAULT_TARGET, jobs: int = 2,
+              timeout: float = 120.0, progress=print) -> tuple[list[dict], bool]:
+    """Run every test on both paths with :func:`run_test` in worker processes
+    (:func:`run_jobs`).
+
+    Returns one row per test that finished on both paths, in test order, and whether the run
+    completed (False after Ctrl-C).
+    """
+    started, reported = time.monotonic(), 0
+    errors: dict[tuple[int, str], tuple[str, str] | None] = {}
+
+    def count(index: int, path: str, result: Result) -> None:
+        nonlocal reported
+        errors[index, path] = result[1]
+        done = sum(1 for i in range(len(tests)) if all((i, p) in errors for p in PATHS))
+        if done - reported >= 50 or (done == len(tests) and reported < done):
+            reported = done
+            plain = sum(1 for (_, p), e in errors.items() if p == "plain" and e is None)
+            chiplet = sum(1 for (_, p), e in errors.items() if p == "chiplet" and e is None)
+            progress(f"[conformance] {done}/{len(tests)} tests, passing: plain {plain}, "
+                     f"chiplet {chiplet} ({time.monotonic() - started:.0f} s)")
+
+    _, completed = run_jobs(tests, run_test, target, jobs, timeout, progress, on_result=count)
     rows = []
     for index, test in enumerate(tests):
         if not all((index, path) in errors for path in PATHS):
