@@ -117,9 +117,12 @@ def _to_tvm(value):
     return value if value is None else tvm.runtime.tensor(np.asarray(value))
 
 
-def run_plain(test: NodeTest, stages: list[str] | None = None) -> list:
+def run_plain(test: NodeTest, stages: list[str] | None = None,
+              static_shapes: bool = False) -> list:
     """The test's outputs with plain TVM: from_onnx, tvm.compile for llvm, the Relax VM.
 
+    ``static_shapes`` gives ``from_onnx`` the inputs' shapes (its ``shape_dict``, as a user
+    of a model with symbolic dims does); else it imports the dims the model declares.
     ``stages``, when given, gets ``"import"``, ``"compile"`` and ``"run"`` appended as each
     starts: after an exception its last item says where it happened."""
     import tvm
@@ -127,9 +130,12 @@ def run_plain(test: NodeTest, stages: list[str] | None = None) -> list:
 
     stages = [] if stages is None else stages
     stages.append("import")
+    shape_dict = {name: list(np.shape(value))
+                  for name, value in zip(test.input_names, test.inputs, strict=True)
+                  if isinstance(value, np.ndarray | np.generic)} if static_shapes else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        mod = relax.frontend.onnx.from_onnx(test.model)
+        mod = relax.frontend.onnx.from_onnx(test.model, shape_dict=shape_dict)
     stages.append("compile")
     executable = tvm.compile(mod, target="llvm")
     stages.append("run")
