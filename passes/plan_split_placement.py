@@ -14,6 +14,7 @@ from tvm_chiplet.passes.annotate_placement import AnnotatePlacement
 from tvm_chiplet.passes.distribute_tensors import DistributedSplit, distribute_and_reduce
 from tvm_chiplet.passes.planners import Planner, PlanningProblem, get_planner
 from tvm_chiplet.passes.planners.base import WorkloadSimulator
+from tvm_chiplet.passes.planners.layouts import check_groups
 from tvm_chiplet.passes.planners.placement import Placement, PlanningError
 from tvm_chiplet.passes.reduce_graph import ReduceGraph
 from tvm_chiplet.passes.split_operators import find_anchors
@@ -158,6 +159,7 @@ class PlanSplitPlacement:
         problem, _ = split_problem(mod, reduced, self.system, self.simulator, self.target)
         placement = self.planner.plan(problem)
         placement.check_fits(len(problem.graph.ops), self.system.num_clusters, self.system.name)
+        check_groups(problem.topology, placement.splits)
         if not placement.splits:
             return AnnotatePlacement(placement)(reduced)
         if problem.realise is None:

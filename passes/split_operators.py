@@ -158,7 +158,8 @@ def check_split(split: AnchorSplit, anchors: list[AnchorInfo]) -> None:
         legal = ", ".join(info.dims) or "none (unsupported layout or symbolic shapes)"
         raise PlanningError(
             f"anchor {split.anchor} ({info.op}, output {list(info.output_shape)}) cannot be split "
-            f"along {split.dim!r}; legal dims here: {legal}"
+            f"along {split.dim!r}: no partition strategy of {info.op} reads or writes that "
+            f"layout here; legal dims here: {legal}"
         )
     size = info.dims[split.dim]
     if split.parts > size:

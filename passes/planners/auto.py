@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import time
 from collections.abc import Callable, Sequence
 
@@ -70,7 +71,13 @@ class AutoPlanner:
         names = self.candidates or [
             n for n in PLANNERS if n != self.name and n not in BASELINES
         ]
-        return [get_planner(c) if isinstance(c, str) else c for c in names]
+        planners = []
+        for c in names:
+            if isinstance(c, str):  # planned for the inputs the candidates are judged on
+                takes = "batches" in inspect.signature(PLANNERS.get(c, dict)).parameters
+                c = get_planner(c, **({"batches": self.batches} if takes else {}))
+            planners.append(c)
+        return planners
 
     def _cost(self, sim) -> float:
         """The objective as a positive cost: lower is better."""

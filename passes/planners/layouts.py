@@ -24,14 +24,16 @@ Groups are the :func:`allocation_groups` of a system: nested 2-D sub-meshes of i
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
 import numpy as np
 
 from tvm_chiplet.passes.planners.base import PlanningProblem
-from tvm_chiplet.passes.planners.placement import REDUCTION_DIMS, part_bytes
+from tvm_chiplet.passes.planners.placement import REDUCTION_DIMS, PlanningError, part_bytes
 from tvm_chiplet.targets import collectives, cost_model
 from tvm_chiplet.targets.topology import Topology
 from tvm_chiplet.targets.workload import STREAM_BUFFER_FRACTION
@@ -70,10 +72,11 @@ def _morton(x: int, y: int) -> int:
     return key
 
 
-def grid_order(topology: Topology) -> list[int]:
-    """Clusters in Z order over their 2-D position (chiplet position, then the cluster's place
-    in its chiplet): every prefix of ``4^j`` clusters of a power-of-two grid is a square
-    sub-mesh and of ``2 * 4^j`` a 2:1 rectangle; on other grids prefixes stay compact."""
+def grid_order(topology: Topology, clusters: Sequence[int] | None = None) -> list[int]:
+    """Clusters (default: all; else those of ``clusters``, e.g. a tile) in Z order over their
+    2-D position (chiplet position, then the cluster's place in its chiplet): every prefix of
+    ``4^j`` clusters of a power-of-two grid is a square sub-mesh and of ``2 * 4^j`` a 2:1
+    rectangle; on other grids prefixes stay compact."""
     system = topology.system
     width = 1 + max(c.lx for c in system.clusters)
     height = 1 + max(c.ly for c in system.clusters)
@@ -83,22 +86,111 @@ def grid_order(topology: Topology) -> list[int]:
         chiplet = system.chiplets[c.chiplet]
         return chiplet.x * width + c.lx, chiplet.y * height + c.ly
 
-    spots = {cid: position(cid) for cid in range(system.num_clusters)}
+    chosen = range(system.num_clusters) if clusters is None else clusters
+    spots = {cid: position(cid) for cid in chosen}
     x0 = min(x for x, _ in spots.values())
     y0 = min(y for _, y in spots.values())
     return sorted(spots, key=lambda cid: (_morton(spots[cid][0] - x0, spots[cid][1] - y0), cid))
 
 
-def allocation_groups(topology: Topology) -> list[tuple[int, ...]]:
+def allocation_groups(topology: Topology, clusters: Sequence[int] | None = None
+                      ) -> list[tuple[int, ...]]:
     """Nested groups of clusters an op may be split over: the :func:`grid_order` prefixes of
-    1, 2, 4, ... clusters and of all of them (rectangles on power-of-two grids)."""
-    order = grid_order(topology)
+    1, 2, 4, ... clusters and of all of them (rectangles on power-of-two grids), over
+    ``clusters`` (default: every cluster)."""
+    order = connected_order(topology, grid_order(topology, clusters))
     sizes, k = [], 1
     while k < len(order):
         sizes.append(k)
         k *= 2
     sizes.append(len(order))
     return [tuple(order[:k]) for k in sizes]
+
+
+def _adjacency(topology: Topology, members: Sequence[int]) -> dict[int, set[int]]:
+    """Clusters of ``members`` joined by a live link (either way) to each member."""
+    inside = set(members)
+    adjacent: dict[int, set[int]] = {c: set() for c in members}
+    for link in topology.system.links:
+        if link.src in inside and link.dst in inside and link.src != link.dst:
+            adjacent[link.src].add(link.dst)
+            adjacent[link.dst].add(link.src)
+    return adjacent
+
+
+def connected_order(topology: Topology, order: Sequence[int]) -> list[int]:
+    """``order`` re-listed so that every prefix is connected by the system's links: each next
+    cluster is the earliest of ``order`` linked to those before it. On a full grid in Z order
+    that is the order itself; around dead chiplets and links the prefixes stay connected
+    groups. Clusters that the links among ``order`` cannot reach come last."""
+    rank = {c: i for i, c in enumerate(order)}
+    adjacent = _adjacency(topology, order)
+    frontier, seen, out = [(0, order[0])] if order else [], set(order[:1]), []
+    while frontier:
+        _, cluster = heapq.heappop(frontier)
+        out.append(cluster)
+        for other in adjacent[cluster] - seen:
+            seen.add(other)
+            heapq.heappush(frontier, (rank[other], other))
+    return out + [c for c in order if c not in seen]
+
+
+def _region(topology: Topology, members: Sequence[int]) -> list[int]:
+    """The live clusters of the chiplets inside the bounding rectangle of ``members``'
+    chiplets: the sub-mesh a group's collectives may use."""
+    system = topology.system
+    spots = [system.chiplets[system.clusters[c].chiplet] for c in members]
+    xs, ys = [ch.x for ch in spots], [ch.y for ch in spots]
+    return [c.id for c in system.clusters
+            if min(xs) <= system.chiplets[c.chiplet].x <= max(xs)
+            and min(ys) <= system.chiplets[c.chiplet].y <= max(ys)]
+
+
+def group_islands(topology: Topology, members: Sequence[int]) -> list[list[int]]:
+    """``members`` in the parts that the links of their sub-mesh join (one when connected):
+    the sub-mesh is every live cluster in the bounding rectangle of the members' chiplets, so
+    only dead chiplets, clusters or links can cut a group."""
+    region = _region(topology, members)
+    adjacent, islands, seen = _adjacency(topology, region), [], set()
+    for start in members:
+        if start in seen:
+            continue
+        island, stack = [], [start]
+        seen.add(start)
+        while stack:
+            cluster = stack.pop()
+            island.append(cluster)
+            for other in adjacent[cluster] - seen:
+                seen.add(other)
+                stack.append(other)
+        islands.append(sorted(c for c in island if c in set(members)))
+    return islands
+
+
+def check_groups(topology: Topology, splits) -> None:
+    """Refuse a split that lists a cluster twice or whose clusters the links of their sub-mesh
+    do not join (:func:`group_islands`; on a faulty system): its collectives would leave the
+    sub-mesh. The error names the op, the group and its islands. (:meth:`Placement.check_fits`
+    checks the clusters exist.)"""
+    system = topology.system
+    for split in splits:
+        members = list(split.clusters)
+        repeated = sorted({c for c in members if members.count(c) > 1})
+        if repeated:
+            raise PlanningError(
+                f"the split of op {split.op_id} lists clusters {repeated} more than once "
+                f"(group {members}); give each part its own cluster"
+            )
+        islands = group_islands(topology, members)
+        if len(islands) > 1:
+            named = "; ".join("{" + ", ".join(system.clusters[c].name for c in island) + "}"
+                              for island in islands)
+            raise PlanningError(
+                f"the split of op {split.op_id} ({split.dim}) is over a disconnected group: no "
+                f"live links of its sub-mesh join its {len(islands)} islands {named}, so its "
+                "collectives would leave it; split it over a connected sub-mesh "
+                "(allocation_groups lists them)"
+            )
 
 
 class _Group:
@@ -156,15 +248,22 @@ class _Group:
 
 class LayoutCosts:
     """Estimated cycles of splitting ops over :func:`allocation_groups` and of moving values
-    between layouts on ``problem``'s system (see the module docstring)."""
+    between layouts on ``problem``'s system (see the module docstring).
 
-    def __init__(self, problem: PlanningProblem) -> None:
+    ``clusters`` restricts the groups to those clusters (a tile of the grid); ``dram_share``
+    is the fraction of the DRAM controllers' bandwidth the ops get (``1 / R`` when ``R`` copies
+    of the plan stream at once)."""
+
+    def __init__(self, problem: PlanningProblem, clusters: Sequence[int] | None = None,
+                 dram_share: float = 1.0) -> None:
         self.problem = problem
-        self.groups = [_Group(problem.topology, g) for g in allocation_groups(problem.topology)]
+        self.groups = [_Group(problem.topology, g)
+                       for g in allocation_groups(problem.topology, clusters)]
         self._per_byte: dict[tuple[Layout, Layout], tuple[float, float]] = {}
         system = problem.system
         efficiency = system.calibration.factor("dram") if system.calibration else 1.0
-        self.dram_rate = max(sum(d.bandwidth for d in system.drams) * efficiency, 1e-9)
+        self.dram_rate = max(sum(d.bandwidth for d in system.drams) * efficiency * dram_share,
+                             1e-9)
 
     def scatter_axis(self, op_id: int, choice: dict) -> str:
         """The axis a partial value read by ``op_id`` is reduce-scattered along: channels,

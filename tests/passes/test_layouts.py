@@ -11,8 +11,13 @@ from tvm_chiplet.passes.planners.layouts import (
     Layout,
     LayoutCosts,
     allocation_groups,
+    check_groups,
+    connected_order,
+    grid_order,
+    group_islands,
     plan_cost,
 )
+from tvm_chiplet.passes.planners.placement import OpSplit, PlanningError
 from tvm_chiplet.targets.system_generators import mesh_system
 from tvm_chiplet.targets.topology import Topology
 
@@ -81,3 +86,44 @@ def test_splitting_over_more_clusters_is_faster_for_heavy_ops():
     whole = {0: None, 1: None, 2: None}
     split = {0: ("out_channels", 4), 1: ("in_channels", 4), 2: ("out_channels", 4)}
     assert plan_cost(c, split) < 0.3 * plan_cost(c, whole)
+
+
+def test_groups_on_a_faulty_grid_stay_connected_and_full_grids_keep_the_z_order():
+    full = Topology(mesh_system(4, 4))
+    assert connected_order(full, grid_order(full)) == grid_order(full)
+    # x1y0 dead: the first 4 in Z order (x0y0, x0y1, x1y1, x2y0) are not joined; x2y0 hangs
+    # off the dead chiplet.
+    faulty = Topology(mesh_system(4, 4, faults={"chiplets": ["x1y0"]}))
+    links = {(link.src, link.dst) for link in faulty.system.links}
+
+    def joined(group):  # the links between the group's own clusters connect it
+        reached, todo = {group[0]}, [group[0]]
+        while todo:
+            here = todo.pop()
+            for other in group:
+                if other not in reached and (here, other) in links:
+                    reached.add(other)
+                    todo.append(other)
+        return len(reached) == len(group)
+
+    assert not joined(grid_order(faulty)[:4])
+    prefixes = allocation_groups(faulty)
+    assert [len(g) for g in prefixes] == [1, 2, 4, 8, 15]
+    for group in prefixes:
+        assert joined(group), group
+
+
+def test_a_split_over_a_group_its_live_links_do_not_join_names_its_islands():
+    faulty = mesh_system(4, 4, faults={"links": [["x0y0", "x1y0"]]})
+    topology = Topology(faulty)
+    ids = {c.name: c.id for c in faulty.clusters}
+    pair = (ids["x0y0.k0"], ids["x1y0.k0"])
+    with pytest.raises(PlanningError, match=r"op 3 .*disconnected group.*2 islands "
+                                            r"\{x0y0\.k0\}; \{x1y0\.k0\}"):
+        check_groups(topology, [OpSplit(3, "out_channels", pair)])
+    # Diagonal clusters are joined through their sub-mesh (the 2x2 around them).
+    healthy = Topology(mesh_system(4, 4))
+    assert group_islands(healthy, [0, 5]) == [[0, 5]]
+    check_groups(healthy, [OpSplit(3, "rows", (0, 5))])
+    with pytest.raises(PlanningError, match=r"lists clusters \[1\] more than once"):
+        check_groups(healthy, [OpSplit(3, "rows", (0, 1, 1))])

@@ -18,6 +18,7 @@ from tvm_chiplet.passes.plan_split_placement import (
 from tvm_chiplet.passes.planners import PlanningError
 from tvm_chiplet.passes.planners.placement import OpSplit, Placement
 from tvm_chiplet.runtime.device import simulate_workload
+from tvm_chiplet.targets.system_generators import mesh_system
 from tvm_chiplet.targets.system_toml import load_system
 from tvm_chiplet.tools import models
 from tvm_chiplet.tools.frontends import load_model
@@ -171,3 +172,20 @@ def test_copies_of_a_placement_survive_the_realised_splits():
     after = PlanSplitPlacement(load_system("quad-2x2"), SplitFirstTwice())(small_cnn())
     summary = json.loads(str(after.attrs["chiplet.placement"]))
     assert summary["replicas"] == [[[0, 8], [1, 9], [2, 10]]]
+
+
+def test_a_split_over_a_disconnected_group_is_refused_before_anything_is_realised():
+    faulty = mesh_system(4, 4, faults={"links": [["x0y0", "x1y0"]]})
+    pair = tuple(c.id for c in faulty.clusters if c.name in ("x0y0.k0", "x1y0.k0"))
+
+    class AcrossTheDeadLink:
+        name = "across"
+
+        def plan(self, problem):
+            n = len(problem.graph.ops)
+            return Placement(self.name, (0,) * n, (0,) * n, (0,),
+                             splits=(OpSplit(min(problem.split_dims), "out_channels", pair),))
+
+    with pytest.raises(PlanningError, match=r"disconnected group: no live links of its "
+                                            r"sub-mesh join its 2 islands"):
+        PlanSplitPlacement(faulty, AcrossTheDeadLink())(small_cnn())

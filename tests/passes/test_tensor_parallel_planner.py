@@ -101,3 +101,27 @@ def test_placement_with_splits_round_trips_through_a_dict():
                           splits=(OpSplit(1, "cols", (1, 2)),), dram_policy="balanced",
                           dram_shares=((1, 0, 0.5), (1, 1, 0.5)))
     assert Placement.from_dict(placement.to_dict()) == placement
+
+
+def test_for_many_inputs_on_a_large_grid_copies_of_a_tile_plan_win():
+    system = mesh_system(4, 4, bandwidth=16.0)
+    p = PlanningProblem(CHAIN, system, Topology(system), DIMS)
+    one = TensorParallelPlanner(batches=1).plan(p)
+    many = TensorParallelPlanner(batches=64).plan(p)
+    assert one.copies == 1
+    assert many.copies > 1
+    # Every copy maps each cluster of the tile plan to a cluster of its own tile.
+    used = set(many.clusters_used())
+    assert len(used) * many.copies <= system.num_clusters
+    for mapping in many.replicas:
+        assert {src for src, _ in mapping} == used
+        assert not {dst for _, dst in mapping} & used
+    estimates = many.notes["copies_estimated_cycles"]
+    assert estimates[str(many.copies)] == min(estimates.values())
+    # The tile plan's splits stay inside the tile.
+    assert all(set(s.clusters) <= used for s in many.splits)
+
+
+def test_batches_must_be_positive():
+    with pytest.raises(PlanningError, match="batches must be >= 1"):
+        TensorParallelPlanner(batches=0)

@@ -57,10 +57,15 @@ QUICK = {
 
 
 def make_planners(names: list[str], batches: int, ilp_time_limit: float) -> dict[str, Planner]:
-    """The planners to compare; the ILP (also inside ``auto``) gets the given time limit."""
+    """The planners to compare; the ILP (also inside ``auto``) gets the given time limit.
+    ``tensor-parallel@N`` is tensor-parallel planned for ``N`` inputs (it may then copy a plan
+    on tiles of the grid); plain ``tensor-parallel`` plans for one input."""
     planners: dict[str, Planner] = {}
     for name in names:
-        if name == "ilp":
+        base, _, inputs = name.partition("@")
+        if base == TensorParallelPlanner.name and inputs:
+            planners[name] = TensorParallelPlanner(batches=int(inputs))
+        elif name == "ilp":
             planners[name] = IlpPlanner(time_limit=ilp_time_limit)
         elif name == "auto":
             planners[name] = AutoPlanner(
@@ -100,7 +105,8 @@ def bench_strategy(
     freq = problem.system.frequency_hz
     notes = placement.notes
     return {
-        "strategy": placement.strategy,
+        "strategy": placement.strategy + (f" x{placement.copies}" if placement.copies > 1
+                                          else ""),
         "clusters": len(placement.clusters_used()) * placement.copies,
         "copies": placement.copies,
         "split_ops": splits,
@@ -176,8 +182,11 @@ def write_results(rows: list[dict], out: str, batches: int, network: str) -> Non
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=MODELS)
-    parser.add_argument("--presets", nargs="+", default=PRESETS)
-    parser.add_argument("--strategies", nargs="+", default=list(PLANNERS))
+    parser.add_argument("--presets", nargs="+", default=PRESETS,
+                        help="presets or system TOML files (tools/bench/systems/ has 8x8 and "
+                        "16x16 meshes of the mesh-4x4 kind)")
+    parser.add_argument("--strategies", nargs="+", default=list(PLANNERS),
+                        help="strategies; tensor-parallel@N plans tensor-parallel for N inputs")
     parser.add_argument("--batches", type=int, default=64)
     parser.add_argument("--network", default="flow")
     parser.add_argument("--device-dtypes", nargs="+", default=["int8", "fp32"],
@@ -209,10 +218,10 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"[strategies] {model_name} {preset} {dtype} {strategy}: skipped "
                               f"({err})")
                         continue
-                    rows.append({"model": model_name, "system": preset, "device_dtype": dtype,
-                                 **row})
+                    rows.append({"model": model_name, "system": system.name,
+                                 "device_dtype": dtype, **row})
                     if strategy == LayerSequentialPlanner.name:
-                        mark_layer_sequential(rows, model_name, preset, dtype)
+                        mark_layer_sequential(rows, model_name, system.name, dtype)
                     print(f"[strategies] {model_name} {preset} {dtype} {row['strategy']}: "
                           f"{row['throughput_per_s']:.1f} inf/s "
                           f"({row['time_vs_bound']:.2f}x bound time), "
