@@ -233,6 +233,9 @@ class IlpPlanner:
     mip_gap : float
         Relative gap between the plan and the proven bound at which solving stops (default
         1e-4; the result is ``optimal`` within it).
+    decompose : bool
+        Run the interval decomposition first (``contiguous`` only); ``False`` leaves the
+        contiguous model to the compact MILP alone, warm-started from the DP.
 
     Examples
     --------
@@ -254,6 +257,7 @@ class IlpPlanner:
         judge_by_simulation: bool = True,
         stages: str = "contiguous",
         mip_gap: float = 1e-4,
+        decompose: bool = True,
     ) -> None:
         if objective not in OBJECTIVES:
             raise PlanningError(
@@ -278,6 +282,7 @@ class IlpPlanner:
         if not (isinstance(mip_gap, int | float) and 0 <= mip_gap < 1):
             raise PlanningError(f"mip_gap must be a relative gap in [0, 1), got {mip_gap!r}")
         self.stages = stages
+        self.decompose = decompose
         self.mip_gap = float(mip_gap)
         self.objective = objective
         self.solver = solver
@@ -299,10 +304,11 @@ class IlpPlanner:
             self._check_capacity(problem, order)
         start = self._warm_start(problem, order)
         notes: dict = {"solver": self.solver, "objective_kind": self.objective,
-                       "stage_model": self.stages, "mip_gap_limit": self.mip_gap}
+                       "stage_model": self.stages, "mip_gap_limit": self.mip_gap,
+                       "decompose": self.decompose and self.stages == "contiguous"}
         began = time.perf_counter()
         incumbent, floor = start, None
-        if self.stages == "contiguous":
+        if self.stages == "contiguous" and self.decompose:
             incumbent, floor = self._decompose(problem, order, start, notes)
         try:
             result, found = self._solve_milp(problem, order, incumbent, floor, began)

@@ -1,10 +1,11 @@
 """Benchmark the ILP planner: solve time, proven gap and bounds, and the plan against the DP's.
 
 Usage: ``python -m tvm_chiplet.tools.bench.ilp [--models resnet50 bert]
-[--presets mesh-4x4 simba-6x6] [--solvers cbc highs] [--time-limit 60] [--tag NAME]
-[--out tools/bench/results/ilp]``
+[--presets mesh-4x4 simba-6x6] [--solvers cbc highs] [--formulations decomposition milp]
+[--time-limit 60] [--tag NAME] [--out tools/bench/results/ilp]``
 
-For each model (tools/models.py), preset (at its own device precision) and solver, the ILP
+For each model (tools/models.py), preset (at its own device precision), formulation
+(:data:`FORMULATIONS`) and solver, the ILP
 planner plans the reduced op graph for throughput (one solver thread). A row records: the
 solve time; the result (``optimal``: proven within the MIP gap, ``time-limited``, or
 ``heuristic``: nothing proven, or the simulator preferred the pipeline heuristic); the ILP's
@@ -36,20 +37,32 @@ from tvm_chiplet.tools.frontends import load_model
 MODELS = ["resnet50", "bert"]
 PRESETS = ["mesh-4x4", "simba-6x6"]
 SOLVERS = ["cbc", "highs"]
+FORMULATIONS = {
+    "decomposition": {"stages": "contiguous", "decompose": True},
+    "milp": {"stages": "contiguous", "decompose": False},
+    "forward": {"stages": "forward"},
+}
+"""``decomposition``: the default (interval decomposition, then the MILP if a gap is left);
+``milp``: the compact contiguous MILP alone; ``forward``: the compact non-contiguous MILP."""
 
 
-def bench_case(problem, solver: str, time_limit: float) -> dict:
-    """Plan ``problem`` with the ILP on ``solver``; the row of the table (see the module doc)."""
+def bench_case(problem, solver: str, time_limit: float, formulation: str | None = None) -> dict:
+    """Plan ``problem`` with the ILP on ``solver``; the row of the table (see the module doc).
+
+    ``formulation``: a key of :data:`FORMULATIONS` (``None``: the planner's defaults, for
+    planners that predate them).
+    """
     started = time.perf_counter()
-    placement = IlpPlanner(solver=solver, time_limit=time_limit).plan(problem)
+    options = FORMULATIONS[formulation] if formulation else {}
+    placement = IlpPlanner(solver=solver, time_limit=time_limit, **options).plan(problem)
     notes = placement.notes
     objective = notes["objective"]
     bound = notes.get("lower_bound", notes.get("best_bound"))
     dp = notes["warm_start_objective"]
     ours, theirs = notes["ilp_simulated_cycles"], notes["heuristic_simulated_cycles"]
     return {
+        "formulation": formulation or "forward (before)",
         "solver": solver,
-        "stage_model": notes.get("stage_model", "forward"),
         "solve_s": notes["solve_seconds"],
         "plan_s": time.perf_counter() - started,
         "status": notes["status"],
@@ -97,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", default=MODELS)
     parser.add_argument("--presets", nargs="+", default=PRESETS)
     parser.add_argument("--solvers", nargs="+", default=SOLVERS)
+    parser.add_argument("--formulations", nargs="+", default=["decomposition", "milp"],
+                        choices=list(FORMULATIONS))
     parser.add_argument("--time-limit", type=float, default=60.0)
     parser.add_argument("--tag", default="", help="suffix of the output files (e.g. baseline)")
     parser.add_argument("--out", default="tools/bench/results/ilp")
@@ -109,17 +124,20 @@ def main(argv: list[str] | None = None) -> int:
             reduced = ReduceGraph()(mod)
             print(f"[ilp] {model_name}: reduced in {time.perf_counter() - started:.1f} s",
                   flush=True)
-            for preset, solver in itertools.product(args.presets, args.solvers):
+            for preset, formulation, solver in itertools.product(
+                    args.presets, args.formulations, args.solvers):
                 system = load_system(preset)
                 problem, _ = split_problem(mod, reduced, system, simulate_workload)
                 try:
-                    row = bench_case(problem, solver, args.time_limit)
+                    row = bench_case(problem, solver, args.time_limit, formulation)
                 except PlanningError as err:
-                    print(f"[ilp] {model_name} {preset} {solver}: skipped ({err})", flush=True)
+                    print(f"[ilp] {model_name} {preset} {formulation} {solver}: skipped ({err})",
+                          flush=True)
                     continue
                 rows.append({"model": model_name, "system": preset,
                              "ops": len(problem.graph.ops), **row})
-                print(f"[ilp] {model_name} {preset} {solver}: {row['result'] or row['status']} "
+                print(f"[ilp] {model_name} {preset} {formulation} {solver}: "
+                      f"{row['result'] or row['status']} "
                       f"in {row['solve_s']:.1f} s, gap {row['gap']}, objective "
                       f"{row['ilp_objective']:.0f} (bound {row['ilp_lower_bound']}, DP "
                       f"{row['dp_objective']}), simulated {row['ilp_sim_vs_heuristic']:.3f}x "
