@@ -352,3 +352,15 @@ def test_stage_residency_milp_matches_enumeration(monkeypatch, seed, solver):
     op_stage = [0] * 6
     assert stage_costs(problem, op_stage, [0], as_milp[1], as_milp[2])[0] == pytest.approx(
         as_milp[0])
+
+
+def test_plan_is_realised_with_its_fastest_dram_placement():
+    problem = make_problem(RESIDUAL, clusters=3, sram_bytes=4500)
+    placement = IlpPlanner(time_limit=None).plan(problem)
+    notes = placement.notes
+    tried = notes["dram_placement_simulated_cycles"]
+    assert notes["dram_placement"] == min(tried, key=tried.get)
+    if not notes["heuristic_kept"]:
+        assert notes["ilp_simulated_cycles"] == min(tried.values())
+        assert placement.dram_policy == ("interleave" if notes["dram_placement"] == "interleave"
+                                         else "balanced")
