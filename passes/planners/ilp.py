@@ -371,6 +371,7 @@ class IlpPlanner:
         found = solve_intervals(problem, order, self.objective, self.spill, self.mip_gap,
                                 self.time_limit, subproblems.solve)
         if found is None:
+            notes["decomposition"] = "no result: nothing fits, too many ops x stages, or no time"
             return start, None
         notes["decomposition"] = {
             "objective": found.objective, "bound": found.bound, "rounds": found.rounds,

@@ -129,6 +129,10 @@ MAX_ENUMERATED = 10
 """Most parked values of one interval whose keep-or-spill choices :func:`stage_residency`
 enumerates; an interval with more is solved as a small MILP."""
 
+MAX_INTERVAL_CELLS = 50_000_000
+"""Largest table of interval costs (stages x (ops + 1)^2, 400 MB of float64) the decomposition
+builds; BERT-base on simba-6x6 needs 1.2 million. Larger problems go to the compact MILP."""
+
 Residency = tuple[float, frozenset[int], frozenset[int], bool]
 """Cost of one stage's ops (no receive), ops whose weights stream, values that spill, and
 whether the cost is proven the least (else it is only an upper bound)."""
@@ -297,13 +301,20 @@ def solve_intervals(
     Runs the master on the current interval costs (floors, exact once solved), solves its
     intervals exactly, and repeats until the master's plan is exactly costed, the best plan is
     within ``gap`` of the master's value, or ``time_limit`` seconds have passed. ``None`` when
-    no contiguous plan fits (``spill=False`` only).
+    no contiguous plan fits (``spill=False`` only), when the interval table would exceed
+    :data:`MAX_INTERVAL_CELLS`, or when the time runs out before the first bound.
     """
     began = time.perf_counter()
-    stages = _Stages(problem, order, spill)
-    n, num = stages.n, len(order)
+    n, num = len(problem.graph.ops), len(order)
     if n == 0:
         return IntervalSolution([], frozenset(), frozenset(), 0.0, 0.0, 0, 0, 0.0)
+    if num * (n + 1) ** 2 > MAX_INTERVAL_CELLS:
+        return None
+    stages = _Stages(problem, order, spill)
+
+    def out_of_time() -> bool:
+        return time_limit is not None and time.perf_counter() - began > time_limit
+
     valid = np.zeros((num, n + 1, n + 1), dtype=bool)
     upper = np.triu(np.ones((n + 1, n + 1), dtype=bool), 1)
     valid[0, 0] = upper[0]
@@ -314,6 +325,8 @@ def solve_intervals(
         key = (stages.capacity[k].tobytes() + stages.streamed[:, k].tobytes()
                + stages.resident[:, k].tobytes())
         if key not in floors:
+            if out_of_time():
+                return None
             floors[key] = stages.compute_floor(k)
         costs[k] = np.where(valid[k], floors[key] + stages.receive[k][:, None], np.inf)
     exact: dict[tuple[int, int, int], Residency] = {}
@@ -333,8 +346,7 @@ def solve_intervals(
         value = float(max(parts) if objective == "throughput" else sum(parts))
         if value < best[0]:
             best = (value, intervals)
-        out_of_time = time_limit is not None and time.perf_counter() - began > time_limit
-        if not fresh or best[0] - bound <= gap * best[0] or out_of_time:
+        if not fresh or best[0] - bound <= gap * best[0] or out_of_time():
             break
     if not math.isfinite(best[0]):
         return None

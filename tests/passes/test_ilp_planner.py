@@ -364,3 +364,13 @@ def test_plan_is_realised_with_its_fastest_dram_placement():
         assert notes["ilp_simulated_cycles"] == min(tried.values())
         assert placement.dram_policy == ("interleave" if notes["dram_placement"] == "interleave"
                                          else "balanced")
+
+
+def test_too_large_interval_table_leaves_the_contiguous_model_to_the_milp(monkeypatch):
+    monkeypatch.setattr(ilp_intervals, "MAX_INTERVAL_CELLS", 10)
+    problem = make_problem(RESIDUAL, sram_bytes=8000)
+    placement = IlpPlanner(time_limit=None, judge_by_simulation=False).plan(problem)
+    assert placement.notes["decomposition"].startswith("no result")
+    assert placement.objective_cycles == pytest.approx(
+        brute_force(problem, "throughput", contiguous=True))
+    assert placement.notes["result"] == "optimal"
