@@ -239,8 +239,9 @@ class IlpPlanner:
         Relative gap between the plan and the proven bound at which solving stops (default
         1e-4; the result is ``optimal`` within it).
     decompose : bool
-        Run the interval decomposition first (``contiguous`` only); ``False`` leaves the
-        contiguous model to the compact MILP alone, warm-started from the DP.
+        Run the interval decomposition first: in ``contiguous`` mode its plan is the incumbent
+        and its bound a cut, in ``forward`` mode its (contiguous) plan is the incumbent only.
+        ``False`` leaves the model to the compact MILP alone, warm-started from the DP.
 
     Examples
     --------
@@ -310,11 +311,13 @@ class IlpPlanner:
         start = self._warm_start(problem, order)
         notes: dict = {"solver": self.solver, "objective_kind": self.objective,
                        "stage_model": self.stages, "mip_gap_limit": self.mip_gap,
-                       "decompose": self.decompose and self.stages == "contiguous"}
+                       "decompose": self.decompose}
         began = time.perf_counter()
         incumbent, floor = start, None
-        if self.stages == "contiguous" and self.decompose:
+        if self.decompose:
             incumbent, floor = self._decompose(problem, order, start, notes)
+            if self.stages == "forward":
+                floor = None  # a bound on contiguous plans only: forward ones may beat it
         try:
             result, found = self._solve_milp(problem, order, incumbent, floor, began)
         except KeyboardInterrupt:

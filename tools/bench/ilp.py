@@ -43,7 +43,8 @@ FORMULATIONS = {
     "forward": {"stages": "forward"},
 }
 """``decomposition``: the default (interval decomposition, then the MILP if a gap is left);
-``milp``: the compact contiguous MILP alone; ``forward``: the compact non-contiguous MILP."""
+``milp``: the compact contiguous MILP alone; ``forward``: the compact non-contiguous MILP,
+started from the decomposition's contiguous optimum."""
 
 
 def bench_case(problem, solver: str, time_limit: float, formulation: str | None = None) -> dict:
@@ -73,7 +74,10 @@ def bench_case(problem, solver: str, time_limit: float, formulation: str | None 
         "physical_bound": notes.get("physical_bound", ""),
         "dp_objective": dp if dp is not None else "",
         "ilp_vs_dp": objective / dp if dp else "",
+        "split": "dp" if notes["warm_start_kept"] else "solver",
+        "dram_placement": notes.get("dram_placement", ""),
         "ilp_sim_cycles": ours,
+        "solver_split_sim_cycles": notes.get("simulated_cycles", {}).get("solver", ""),
         "heuristic_sim_cycles": theirs,
         "ilp_sim_vs_heuristic": ours / theirs,
         "heuristic_kept": notes["heuristic_kept"],
@@ -97,8 +101,13 @@ def write_results(rows: list[dict], out: str, tag: str, time_limit: float) -> No
         "`dp_objective` the pipeline DP's split under the same cost (the warm start). "
         "`result`: `optimal` (proven within the MIP gap), `time-limited`, or `heuristic` "
         "(nothing proven, or the simulator preferred the pipeline heuristic's plan). "
+        "`split`: whose split the ILP planner's plan uses (`solver`: its own, `dp`: the warm "
+        "start, when the solver found nothing better in its model or the simulator preferred "
+        "the warm start); `dram_placement`: how that plan's streamed weights are placed "
+        "(interleaved, balanced, balanced with SRAM loans: the fastest simulated). "
         "`ilp_sim_cycles`, `heuristic_sim_cycles`: simulated cycles of 64 pipelined inputs "
-        "(flow network) of the ILP's own plan and of the pipeline planner's full search.", "",
+        "(flow network) of the ILP planner's plan and of the pipeline planner's full search; "
+        "`solver_split_sim_cycles`: the solver's own split, when it differs from the DP's.", "",
         *markdown_table(rows),
     ]
     with open(os.path.join(out, f"{stem}.md"), "w") as handle:
