@@ -112,20 +112,27 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def _ilp_summary(notes: dict) -> str:
-    """The ILP planner's line of the compile summary: result, gap, its bound, the physical one."""
+    """The ILP planner's line of the compile summary: result, gap, its bound, the physical one,
+    and which plan was kept."""
     unit = "cycles per input" if notes["objective_kind"] == "throughput" else "cycles"
-    bound, gap = notes["lower_bound"], notes["gap"]
-    proof = (f"gap {100 * gap:.2f}% to its proven lower bound {bound:,.0f} (ILP model, "
-             f"{notes.get('stage_model', 'forward')} stages)" if gap is not None
+    bound = notes["lower_bound"]
+    objective = notes.get("ilp_objective", notes["objective"])
+    gap = notes.get("ilp_gap", notes["gap"])
+    proof = (f"gap {100 * gap:.2f}% to its proven lower bound {bound:,.0f} "
+             f"({notes.get('stage_model', 'forward')} stages)" if gap is not None
              else "no proven lower bound")
+    simulated = notes.get("simulated_cycles", {})
     kept = ""
     if notes.get("heuristic_kept"):
-        kept = (f"; the pipeline heuristic's plan kept (simulated "
+        kept = (f"; kept the pipeline heuristic's plan (simulated "
                 f"{notes['heuristic_simulated_cycles']:,.0f} cycles, the ILP's "
                 f"{notes['ilp_simulated_cycles']:,.0f})")
+    elif "solver" in simulated and notes.get("warm_start_kept"):
+        kept = (f"; kept the DP's split (simulated {simulated['warm_start']:,.0f} cycles, the "
+                f"ILP's own {simulated['solver']:,.0f})")
     return (f"  ilp ({notes['solver']}, {notes['solve_seconds']:.1f} s): {notes['result']}; "
-            f"ILP plan {notes['objective']:,.0f} {unit}, {proof}; physical lower bound "
-            f"{notes['physical_bound']:,.0f}{kept}")
+            f"best plan in the ILP's model {objective:,.0f} {unit}, {proof}; physical lower "
+            f"bound {notes['physical_bound']:,.0f}{kept}")
 
 
 def _print_faults(record: dict | None) -> None:

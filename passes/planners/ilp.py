@@ -199,9 +199,11 @@ class IlpPlanner:
     within ``time_limit`` (or the solve is interrupted with Ctrl-C) the warm start is returned.
 
     ``notes`` report ``lower_bound`` (proven: no plan of the stage model beats it, in the
-    objective's cycles), ``gap`` (objective over that bound), ``physical_bound`` (no placement
-    at all beats it, :mod:`~tvm_chiplet.passes.analysis.lower_bound`), and ``result``:
-    ``optimal`` (within ``mip_gap``), ``time-limited`` or ``heuristic``.
+    objective's cycles), ``ilp_objective`` and ``ilp_gap`` (the best plan in the model and its
+    gap to that bound), ``objective`` and ``gap`` (the same for the plan returned, which the
+    simulator may have preferred), ``physical_bound`` (no placement at all beats it,
+    :mod:`~tvm_chiplet.passes.analysis.lower_bound`), and ``result``: ``optimal`` (within
+    ``mip_gap``), ``time-limited`` or ``heuristic`` (see :meth:`_result`).
 
     Parameters
     ----------
@@ -343,6 +345,8 @@ class IlpPlanner:
         best = start if keep_start else found
         if best.objective == math.inf:
             raise self._infeasible(problem, order, start)
+        # The best plan in the ILP's model, whichever the simulator keeps.
+        ilp_best = min(start.objective, found.objective if found else math.inf)
         notes.update(
             status=result.status,
             objective=best.objective,
@@ -350,6 +354,8 @@ class IlpPlanner:
             lower_bound=result.bound,
             gap=_gap(best.objective, result.bound),
             solver_objective=found.objective if found else None,
+            ilp_objective=ilp_best,
+            ilp_gap=_gap(ilp_best, result.bound),
             warm_start_objective=start.objective if start.objective < math.inf else None,
             warm_start_kept=keep_start,
             physical_bound=self._physical_bound(problem),
