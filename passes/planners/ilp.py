@@ -316,11 +316,11 @@ class IlpPlanner:
                        "decompose": self.decompose}
         began = time.perf_counter()
         incumbent, floor = start, None
-        if self.decompose:
-            incumbent, floor = self._decompose(problem, order, start, notes)
-            if self.stages == "forward":
-                floor = None  # a bound on contiguous plans only: forward ones may beat it
         try:
+            if self.decompose:
+                incumbent, floor = self._decompose(problem, order, start, notes)
+                if self.stages == "forward":
+                    floor = None  # a bound on contiguous plans only: forward ones may beat it
             result, found = self._solve_milp(problem, order, incumbent, floor, began)
         except KeyboardInterrupt:
             result, found = SolveResult("interrupted", floor, None), None

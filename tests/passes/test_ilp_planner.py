@@ -374,3 +374,15 @@ def test_too_large_interval_table_leaves_the_contiguous_model_to_the_milp(monkey
     assert placement.objective_cycles == pytest.approx(
         brute_force(problem, "throughput", contiguous=True))
     assert placement.notes["result"] == "optimal"
+
+
+def test_interrupted_decomposition_returns_the_warm_start(monkeypatch):
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ilp, "solve_intervals", interrupt)
+    problem = make_problem(RESIDUAL)
+    placement = IlpPlanner(judge_by_simulation=False).plan(problem)
+    assert placement.notes["status"] == "interrupted"
+    assert placement.notes["result"] == "heuristic"
+    assert placement.objective_cycles == placement.notes["warm_start_objective"]
