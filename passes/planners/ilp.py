@@ -34,39 +34,14 @@ from tvm_chiplet.passes.analysis.lower_bound import lower_bound
 from tvm_chiplet.passes.planners.base import PlanningProblem
 from tvm_chiplet.passes.planners.dram import balance_dram
 from tvm_chiplet.passes.planners.evaluate import simulate_placement
-from tvm_chiplet.passes.planners.ilp_intervals import solve_intervals
+from tvm_chiplet.passes.planners.ilp_intervals import parked_values, solve_intervals, spill_cycles
 from tvm_chiplet.passes.planners.ilp_solvers import SOLVERS, SolveResult, make_solver
 from tvm_chiplet.passes.planners.pipeline_planner import PipelinePlanner
 from tvm_chiplet.passes.planners.placement import Placement, PlanningError
-from tvm_chiplet.targets import cost_model
 
 OBJECTIVES = ("throughput", "latency")
 STAGE_MODELS = ("contiguous", "forward")
 _MB = 1e6
-
-
-def parked_values(problem: PlanningProblem) -> list[list[int]]:
-    """``parked[p]``: values alive across op position ``p`` (defined before ``p``, read after).
-
-    A parked value waits in the SRAM of its producer's cluster while op ``p`` runs; an op's own
-    operands stream through its local buffers and are not parked.
-    """
-    last_use: dict[int, int] = {}
-    for u, v, _ in problem.graph.edges():
-        last_use[u] = max(last_use.get(u, u), v)
-    parked: list[list[int]] = [[] for _ in problem.graph.ops]
-    for u, last in sorted(last_use.items()):
-        for p in range(u + 1, last):
-            parked[p].append(u)
-    return parked
-
-
-def spill_cycles(problem: PlanningProblem, value: int, cluster: int) -> float:
-    """Cycles to write a parked value to DRAM and read it back on ``cluster``."""
-    nbytes = problem.graph.ops[value].output_bytes
-    return 2.0 * cost_model.dram_fetch_cycles(
-        nbytes, problem.system.clusters[cluster], problem.system
-    )
 
 
 def stage_costs(

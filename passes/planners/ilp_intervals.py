@@ -36,6 +36,31 @@ import numpy as np
 import pulp
 
 from tvm_chiplet.passes.planners.base import PlanningProblem
+from tvm_chiplet.targets import cost_model
+
+
+def parked_values(problem: PlanningProblem) -> list[list[int]]:
+    """``parked[p]``: values alive across op position ``p`` (defined before ``p``, read after).
+
+    A parked value waits in the SRAM of its producer's cluster while op ``p`` runs; an op's own
+    operands stream through its local buffers and are not parked.
+    """
+    last_use: dict[int, int] = {}
+    for u, v, _ in problem.graph.edges():
+        last_use[u] = max(last_use.get(u, u), v)
+    parked: list[list[int]] = [[] for _ in problem.graph.ops]
+    for u, last in sorted(last_use.items()):
+        for p in range(u + 1, last):
+            parked[p].append(u)
+    return parked
+
+
+def spill_cycles(problem: PlanningProblem, value: int, cluster: int) -> float:
+    """Cycles to write a parked value to DRAM and read it back on ``cluster``."""
+    nbytes = problem.graph.ops[value].output_bytes
+    return 2.0 * cost_model.dram_fetch_cycles(
+        nbytes, problem.system.clusters[cluster], problem.system
+    )
 
 
 @dataclass
@@ -61,9 +86,6 @@ class _Stages:
     """Per-cluster data of the intervals: costs, weights, parked values, receive costs."""
 
     def __init__(self, problem: PlanningProblem, order: Sequence[int], spill: bool) -> None:
-        # Imported here: ilp.py imports this module for its contiguous model.
-        from tvm_chiplet.passes.planners.ilp import parked_values, spill_cycles
-
         ops = problem.graph.ops
         self.n, self.order, self.spill = len(ops), list(order), spill
         self.weights = np.array([op.weight_bytes for op in ops], dtype=float)
@@ -362,4 +384,6 @@ def solve_intervals(
                             time.perf_counter() - began)
 
 
-__all__ = ["IntervalSolution", "solve_intervals", "stage_residency"]
+__all__ = [
+    "IntervalSolution", "parked_values", "solve_intervals", "spill_cycles", "stage_residency"
+]
