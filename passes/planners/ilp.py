@@ -13,7 +13,9 @@ the shared cost model's price (or, with ``spill=False``, must fit). Two stage mo
     time left with the bound as a cut and the best plan as its incumbent.
 ``forward``
     the ops of a stage need not be consecutive: data only has to flow forward along every
-    edge. The compact MILP alone (CBC or HiGHS), warm-started from the DP.
+    edge. The compact MILP (CBC or HiGHS), started from the decomposition's contiguous
+    optimum; HiGHS proves ResNet-50 on both presets and BERT-base on mesh-4x4 optimal in
+    42-55 s (BERT-base on simba-6x6: no bound within 60 s).
 
 Running the solvers (time limits, stopping CBC) is
 :mod:`~tvm_chiplet.passes.planners.ilp_solvers`'s job.
