@@ -84,6 +84,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
             f"pruned ({row['pruned']})" if "pruned" in row else
             f"{row['cycles']:.0f} cycles for {auto['batches']} input(s), "
             f"{row['throughput_per_cycle'] * target.system.frequency_hz:.1f} inf/s steady"))
+    ilp = plan.get("placement", {}).get("notes", {})
+    if "lower_bound" in ilp and "physical_bound" in ilp:
+        print(_ilp_summary(ilp))
     for row in plan["estimate"]:
         inputs = row.get("inputs_simulated", row["batches"])
         print(
@@ -106,6 +109,30 @@ def cmd_compile(args: argparse.Namespace) -> int:
               f"({energy_parts(row['energy_breakdown_pj'])}); lower bound "
               f"{energy_label(row['energy_bound_pj'])}")
     return 0
+
+
+def _ilp_summary(notes: dict) -> str:
+    """The ILP planner's line of the compile summary: result, gap, its bound, the physical one,
+    and which plan was kept."""
+    unit = "cycles per input" if notes["objective_kind"] == "throughput" else "cycles"
+    bound = notes["lower_bound"]
+    objective = notes.get("ilp_objective", notes["objective"])
+    gap = notes.get("ilp_gap", notes["gap"])
+    proof = (f"gap {100 * gap:.2f}% to its proven lower bound {bound:,.0f} "
+             f"({notes.get('stage_model', 'forward')} stages)" if gap is not None
+             else "no proven lower bound")
+    simulated = notes.get("simulated_cycles", {})
+    kept = ""
+    if notes.get("heuristic_kept"):
+        kept = (f"; kept the pipeline heuristic's plan (simulated "
+                f"{notes['heuristic_simulated_cycles']:,.0f} cycles, the ILP's "
+                f"{notes['ilp_simulated_cycles']:,.0f})")
+    elif "solver" in simulated and notes.get("warm_start_kept"):
+        kept = (f"; kept the DP's split (simulated {simulated['warm_start']:,.0f} cycles, the "
+                f"ILP's own {simulated['solver']:,.0f})")
+    return (f"  ilp ({notes['solver']}, {notes['solve_seconds']:.1f} s): {notes['result']}; "
+            f"best plan in the ILP's model {objective:,.0f} {unit}, {proof}; physical lower "
+            f"bound {notes['physical_bound']:,.0f}{kept}")
 
 
 def _print_faults(record: dict | None) -> None:

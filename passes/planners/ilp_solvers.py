@@ -45,8 +45,11 @@ class SolveResult:
 class _Cbc:
     """pulp's bundled CBC, run as a child process we can stop on Ctrl-C."""
 
-    def __init__(self, time_limit: float | None, msg: bool, warm_start: bool) -> None:
+    def __init__(
+        self, time_limit: float | None, msg: bool, warm_start: bool, mip_gap: float
+    ) -> None:
         self.time_limit, self.msg, self.warm_start = time_limit, msg, warm_start
+        self.mip_gap = mip_gap
         if not _bundled_cbc().available():
             raise PlanningError(
                 "the CBC solver is not available: pulp's bundled CBC binary is missing or not "
@@ -63,6 +66,7 @@ class _Cbc:
                 warmStart=self.warm_start,
                 logPath=log_path,
                 threads=1,
+                gapRel=self.mip_gap,
             )
             cmd.tmpDir = tmp
             # CBC does not always honour its own limit (preprocessing, the root LP): a watchdog
@@ -87,7 +91,7 @@ class _Cbc:
             if log_path and os.path.exists(log_path):
                 with open(log_path) as f:
                     log = f.read()
-                bound = _cbc_bound(log)
+                bound = _offset(_cbc_bound(log), lp)
                 if "Stopped on time" in log:
                     status = "Time limit"
             if status == "Optimal" and bound is None:
@@ -122,6 +126,11 @@ def _status(lp: pulp.LpProblem) -> str:
     return pulp.LpStatus[lp.status]
 
 
+def _offset(bound: float | None, lp: pulp.LpProblem) -> float | None:
+    """A solver's bound plus the objective's constant term, which solvers leave out."""
+    return None if bound is None else bound + float(lp.objective.constant)
+
+
 def _bundled_cbc(**options) -> pulp.LpSolver:
     """pulp's bundled CBC (its PULP_CBC_CMD deprecation notice is about pulp 4.0, not us)."""
     with warnings.catch_warnings():
@@ -144,13 +153,16 @@ def _cbc_bound(log: str) -> float | None:
 class _Highs:
     """HiGHS through highspy, in process (so Ctrl-C leaves no child behind)."""
 
-    def __init__(self, time_limit: float | None, msg: bool, warm_start: bool) -> None:
+    def __init__(
+        self, time_limit: float | None, msg: bool, warm_start: bool, mip_gap: float
+    ) -> None:
         if not pulp.HiGHS().available():
             raise PlanningError(
                 "the HiGHS solver is not available: install it with 'pip install highspy', or "
                 "use solver='cbc' (bundled with pulp)"
             )
         self.time_limit, self.msg, self.warm_start = time_limit, msg, warm_start
+        self.mip_gap = mip_gap
 
     def solve(self, lp: pulp.LpProblem) -> SolveResult:
         import highspy
@@ -166,10 +178,10 @@ class _Highs:
                     lp.solverModel.setSolution(solution)
                 lp.solverModel.run()
 
-        cmd = WarmHiGHS(msg=self.msg, timeLimit=self.time_limit, threads=1)
+        cmd = WarmHiGHS(msg=self.msg, timeLimit=self.time_limit, threads=1, gapRel=self.mip_gap)
         lp.solve(cmd)
         info = lp.solverModel.getInfo()
-        bound = info.mip_dual_bound if math.isfinite(info.mip_dual_bound) else None
+        bound = _offset(info.mip_dual_bound if math.isfinite(info.mip_dual_bound) else None, lp)
         status = pulp.LpStatus[lp.status]
         if lp.solverModel.getModelStatus() == highspy.HighsModelStatus.kTimeLimit:
             status = "Time limit"
@@ -182,10 +194,13 @@ class _Highs:
 
 
 def make_solver(
-    name: str, time_limit: float | None, msg: bool, warm_start: bool
+    name: str, time_limit: float | None, msg: bool, warm_start: bool, mip_gap: float = 1e-4
 ) -> _Cbc | _Highs:
-    """The backend for solver ``name`` (one of :data:`SOLVERS`); raises if it is not installed."""
-    return (_Cbc if name == "cbc" else _Highs)(time_limit, msg, warm_start)
+    """The backend for solver ``name`` (one of :data:`SOLVERS`); raises if it is not installed.
+
+    ``mip_gap``: the relative gap between incumbent and bound at which the solver stops.
+    """
+    return (_Cbc if name == "cbc" else _Highs)(time_limit, msg, warm_start, mip_gap)
 
 
 __all__ = ["SOLVERS", "SolveResult", "make_solver"]
