@@ -31,7 +31,7 @@ from collections.abc import Collection
 import pulp
 
 from tvm_chiplet.passes.planners.base import PlanningProblem
-from tvm_chiplet.passes.planners.evaluate import placement_items
+from tvm_chiplet.passes.planners.evaluate import placement_items, simulate_placement
 from tvm_chiplet.passes.planners.placement import WEIGHT_DIMS, Placement
 from tvm_chiplet.targets.workload import build_workload, cluster_totals, streamed_bytes
 
@@ -136,3 +136,27 @@ def balance_dram(problem: PlanningProblem, placement: Placement, lend: bool = Fa
         notes["sram_lent_bytes"] = sum(nbytes for _, _, nbytes in loans)
     return dataclasses.replace(placement, dram_policy="balanced", dram_shares=tuple(shares),
                                sram_loans=loans, notes=notes)
+
+
+def fastest_dram(problem: PlanningProblem, placement: Placement, batches: int,
+                 as_built: bool = False, nearest: bool = False) -> tuple[Placement, float]:
+    """``placement`` with the DRAM placement of its streamed weights that simulates fastest for
+    ``batches`` inputs (``as_built``: op splits realised), and its cycles: interleaved over
+    every controller, balanced over them by :func:`balance_dram`, balanced with SRAM loans,
+    and with ``nearest`` also all in the nearest controller. ``notes["dram_placement"]`` names
+    the pick and ``notes["dram_placement_simulated_cycles"]`` every candidate's cycles."""
+    candidates = {"interleave": placement}
+    if nearest:
+        candidates["nearest"] = dataclasses.replace(placement, dram_policy="nearest")
+    candidates["balanced"] = balance_dram(problem, placement)
+    candidates["balanced+loans"] = balance_dram(problem, placement, lend=True)
+    simulated = {}
+    for name, cand in candidates.items():
+        if cand is placement and name != "interleave":
+            continue  # nothing streams: the same placement
+        simulated[name] = float(simulate_placement(problem, cand, batches,
+                                                   as_built=as_built).total_cycles)
+    pick = min(simulated, key=simulated.get)
+    notes = {**placement.notes, "dram_placement": pick,
+             "dram_placement_simulated_cycles": simulated}
+    return dataclasses.replace(candidates[pick], notes=notes), simulated[pick]

@@ -34,7 +34,7 @@ import pulp
 
 from tvm_chiplet.passes.analysis.lower_bound import lower_bound
 from tvm_chiplet.passes.planners.base import PlanningProblem
-from tvm_chiplet.passes.planners.dram import balance_dram
+from tvm_chiplet.passes.planners.dram import fastest_dram
 from tvm_chiplet.passes.planners.evaluate import simulate_placement
 from tvm_chiplet.passes.planners.ilp_intervals import parked_values, solve_intervals, spill_cycles
 from tvm_chiplet.passes.planners.ilp_solvers import SOLVERS, SolveResult, make_solver
@@ -436,23 +436,11 @@ class IlpPlanner:
         """``placement`` with the DRAM placement that simulates fastest, and its cycles.
 
         The ILP decides the stages; where the weights the device streams live is
-        :func:`~tvm_chiplet.passes.planners.dram.balance_dram`'s job, as for the pipeline
+        :func:`~tvm_chiplet.passes.planners.dram.fastest_dram`'s job, as for the pipeline
         planner's candidates: interleaved, balanced over the controllers, or balanced with SRAM
         loans from clusters with room to spare.
         """
-        batches = 64 if self.objective == "throughput" else 1
-        candidates = {"interleave": placement,
-                      "balanced": balance_dram(problem, placement),
-                      "balanced+loans": balance_dram(problem, placement, lend=True)}
-        simulated = {}
-        for name, cand in candidates.items():
-            if cand is placement and name != "interleave":
-                continue  # nothing streams: the same placement
-            simulated[name] = float(simulate_placement(problem, cand, batches).total_cycles)
-        pick = min(simulated, key=simulated.get)
-        notes = {**placement.notes, "dram_placement": pick,
-                 "dram_placement_simulated_cycles": simulated}
-        return dataclasses.replace(candidates[pick], notes=notes), simulated[pick]
+        return fastest_dram(problem, placement, 64 if self.objective == "throughput" else 1)
 
     def _against_heuristic(self, problem: PlanningProblem, placement: Placement) -> Placement:
         """The better, by simulation, of ``placement`` and the full pipeline heuristic.

@@ -11,6 +11,7 @@ import dataclasses
 import math
 
 from tvm_chiplet.passes.planners.base import PlanningProblem
+from tvm_chiplet.passes.planners.dram import fastest_dram
 from tvm_chiplet.passes.planners.layouts import LayoutCosts, plan_cost
 from tvm_chiplet.passes.planners.placement import OpSplit, Placement, PlanningError
 
@@ -50,6 +51,10 @@ class TensorParallelPlanner:
     tile's sub-meshes with ``1 / R`` of the DRAM bandwidth, and copies of that plan on the other
     tiles (:attr:`Placement.replicas`; input ``b`` runs on copy ``b mod R``). The estimate of
     ``ceil(batches / R)`` inputs one after another on a tile picks ``R``.
+
+    When the problem can realise and simulate the plan, its streamed weights are placed in DRAM
+    as simulates fastest (:func:`~.dram.fastest_dram`: interleaved, nearest controller, or
+    balanced over the controllers with or without SRAM loans).
 
     Parameters
     ----------
@@ -95,7 +100,12 @@ class TensorParallelPlanner:
                 best = dataclasses.replace(base, replicas=replicas)
         notes = {**best.notes, "copies": best.copies,
                  "copies_estimated_cycles": {str(r): v for r, v in tried.items()}}
-        return dataclasses.replace(best, notes=notes)
+        best = dataclasses.replace(best, notes=notes)
+        if problem.simulator is not None and problem.realise is not None:
+            # Where the streamed weights live, judged on the realised module: the parts of a
+            # layer stream at once, and interleaving them loads the links across the grid.
+            best, _ = fastest_dram(problem, best, self.batches, as_built=True, nearest=True)
+        return best
 
     def _plan_on(self, problem: PlanningProblem, clusters: list[int] | None, copies: int
                  ) -> Placement:

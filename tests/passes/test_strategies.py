@@ -10,6 +10,7 @@ from tvm_chiplet.passes.analysis.extract_op_graph import extract_op_graph
 from tvm_chiplet.passes.plan_split_placement import split_problem
 from tvm_chiplet.passes.planners import (
     AutoPlanner,
+    LayerSequentialPlanner,
     PipelinePlanner,
     PlanningError,
     PlanningProblem,
@@ -58,6 +59,17 @@ def test_split_placement_is_judged_as_realised_exactly_as_the_compiled_plan(resn
     # a cruder estimate.
     crude = simulate_placement(problem, placement, 8).total_cycles
     assert crude != pytest.approx(compiled, rel=1e-3)
+
+
+def test_tensor_parallel_keeps_the_dram_placement_that_simulates_fastest_as_built(
+        resnet18_problem):
+    _, problem = resnet18_problem
+    placement = TensorParallelPlanner().plan(problem)
+    tried = placement.notes["dram_placement_simulated_cycles"]
+    assert {"interleave", "nearest"} <= set(tried)
+    assert placement.notes["dram_placement"] == min(tried, key=tried.get)
+    kept = simulate_placement(problem, placement, 1, as_built=True).total_cycles
+    assert kept == pytest.approx(min(tried.values()), rel=1e-12)
 
 
 def test_single_puts_everything_on_one_cluster(resnet18_problem):
@@ -123,23 +135,25 @@ def test_auto_prunes_a_splitting_candidate_its_estimate_puts_far_behind(resnet18
         return problem.realise(placement)
 
     counting = dataclasses.replace(problem, realise=realise)
-    candidates = [PipelinePlanner(batches=64), TensorParallelPlanner()]
+    # layer-sequential splits ops and leaves them to be realised (tensor-parallel realises its
+    # plan itself to place its weights in DRAM, so there is nothing left to prune).
+    candidates = [PipelinePlanner(batches=64), LayerSequentialPlanner()]
     pipeline = simulate_placement(problem, candidates[0].plan(problem), 64,
                                   as_built=True).total_cycles
     estimate = simulate_placement(problem, candidates[1].plan(problem), 64).total_cycles
-    # A factor just under the ratio of tensor-parallel's estimate to the pipeline's prunes it.
+    # A factor just under the ratio of layer-sequential's estimate to the pipeline's prunes it.
     monkeypatch.setattr(auto, "PRUNE_FACTOR", 0.9 * estimate / pipeline)
     placement = AutoPlanner(candidates, batches=64).plan(counting)
     rows = {row["strategy"]: row for row in placement.notes["auto"]["candidates"]}
-    assert "before realising its op splits" in rows["tensor-parallel"]["pruned"]
+    assert "before realising its op splits" in rows["layer-sequential"]["pruned"]
     assert realised == [] and placement.strategy == "auto:pipeline"
     # Without pruning, the candidate is realised and simulated as built, and the faster wins.
     monkeypatch.setattr(auto, "PRUNE_FACTOR", float("inf"))
     placement = AutoPlanner(candidates, batches=64).plan(counting)
     built = simulate_placement(problem, candidates[1].plan(problem), 64,
                                as_built=True).total_cycles
-    assert realised == ["tensor-parallel"]
-    assert placement.strategy == ("auto:tensor-parallel" if built < pipeline else "auto:pipeline")
+    assert realised == ["layer-sequential"]
+    assert placement.strategy == ("auto:layer-sequential" if built < pipeline else "auto:pipeline")
 
 
 @pytest.mark.parametrize(("objective", "score"), [
