@@ -15,7 +15,8 @@ OBJECTIVES = ("time", "throughput", "latency", "energy", "edp")
 
 PRUNE_FACTOR = 2.0
 """A candidate that splits ops is realised and simulated as built unless its estimate before
-realisation is already this many times worse than the best candidate's simulated objective."""
+realisation is already this many times worse than the best candidate's simulated objective
+(one its planner realised already, ``notes["simulated_as_built"]``, is simulated as built)."""
 
 
 class AutoPlanner:
@@ -106,7 +107,9 @@ class AutoPlanner:
             except PlanningError as err:
                 rows.append({"strategy": planner.name, "skipped": str(err)})
                 continue
-            if best is not None and placement.splits and problem.realise is not None:
+            realised = placement.notes.get("simulated_as_built", False)
+            if (best is not None and placement.splits and problem.realise is not None
+                    and not realised):
                 # Realising splits costs seconds to minutes; the estimate before realisation
                 # is optimistic, so a candidate it puts far behind the best cannot win.
                 estimate = self._cost(simulate_placement(problem, placement, self.batches,

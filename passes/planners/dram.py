@@ -144,7 +144,8 @@ def fastest_dram(problem: PlanningProblem, placement: Placement, batches: int,
     ``batches`` inputs (``as_built``: op splits realised), and its cycles: interleaved over
     every controller, balanced over them by :func:`balance_dram`, balanced with SRAM loans,
     and with ``nearest`` also all in the nearest controller. ``notes["dram_placement"]`` names
-    the pick and ``notes["dram_placement_simulated_cycles"]`` every candidate's cycles."""
+    the pick, ``notes["dram_placement_simulated_cycles"]`` every candidate's cycles and
+    ``notes["simulated_as_built"]`` whether its op splits were realised for that."""
     candidates = {"interleave": placement}
     if nearest:
         candidates["nearest"] = dataclasses.replace(placement, dram_policy="nearest")
@@ -158,5 +159,5 @@ def fastest_dram(problem: PlanningProblem, placement: Placement, batches: int,
                                                    as_built=as_built).total_cycles)
     pick = min(simulated, key=simulated.get)
     notes = {**placement.notes, "dram_placement": pick,
-             "dram_placement_simulated_cycles": simulated}
+             "dram_placement_simulated_cycles": simulated, "simulated_as_built": as_built}
     return dataclasses.replace(candidates[pick], notes=notes), simulated[pick]

@@ -156,6 +156,16 @@ def test_auto_prunes_a_splitting_candidate_its_estimate_puts_far_behind(resnet18
     assert placement.strategy == ("auto:layer-sequential" if built < pipeline else "auto:pipeline")
 
 
+def test_auto_never_prunes_a_candidate_its_planner_realised_and_simulated(resnet18_problem,
+                                                                          monkeypatch):
+    _, problem = resnet18_problem
+    monkeypatch.setattr(auto, "PRUNE_FACTOR", 1e-9)  # would prune anything estimated
+    placement = AutoPlanner([PipelinePlanner(batches=64), TensorParallelPlanner(batches=64)],
+                            batches=64).plan(problem)
+    rows = {row["strategy"]: row for row in placement.notes["auto"]["candidates"]}
+    assert "pruned" not in rows["tensor-parallel"] and rows["tensor-parallel"]["cycles"] > 0
+
+
 @pytest.mark.parametrize(("objective", "score"), [
     ("energy", lambda row: row["energy_pj"]),
     ("edp", lambda row: row["energy_pj"] * row["cycles"]),
