@@ -9,7 +9,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from tvm_chiplet.passes.analysis.op_graph import OpGraph
-from tvm_chiplet.passes.planners.placement import Placement
+from tvm_chiplet.passes.planners.placement import Placement, PlanningError
 from tvm_chiplet.targets import cost_model
 from tvm_chiplet.targets.system import ChipletSystem
 from tvm_chiplet.targets.topology import Topology
@@ -27,6 +27,33 @@ SplitRealise = Callable[[Placement], tuple[OpGraph, Placement]]
 """Realises a placement's splits, handed in by the driver with the module: returns the op graph
 of the realised module and the placement of its ops
 (:class:`tvm_chiplet.passes.plan_split_placement.SplitRealiser`)."""
+
+
+def check_memory(graph: OpGraph, system: ChipletSystem) -> None:
+    """Raise :class:`PlanningError` when the SRAM of ``system``'s clusters plus the memory behind
+    its DRAM controllers cannot hold the model: its weights and the largest op's inputs and
+    output. Unbounded (no check) when some controller declares no ``capacity_bytes``, as the
+    presets do not; on a system with dead parts only what survives counts."""
+    capacities = [dram.capacity_bytes for dram in system.drams]
+    if any(capacity is None for capacity in capacities):
+        return
+    weights = sum(op.weight_bytes for op in graph.ops)
+    working = max((op.input_bytes + op.output_bytes for op in graph.ops), default=0)
+    sram = sum(cluster.sram_bytes for cluster in system.clusters)
+    dram = sum(capacities)
+    short = weights + working - sram - dram
+    if short > 0:
+        raise PlanningError(
+            f"the model does not fit {system.name}: it needs {_mb(weights + working)} "
+            f"({_mb(weights)} of {system.device_dtype} weights + {_mb(working)} for the largest "
+            f"op's inputs and output), the {system.num_clusters} cluster(s) and {len(capacities)} "
+            f"DRAM controller(s) alive hold {_mb(sram + dram)} ({_mb(sram)} SRAM + {_mb(dram)} "
+            f"DRAM): short by {_mb(short)} ({short:,} bytes); compile with fewer faults, for a "
+            f"system with more SRAM or DRAM capacity_bytes, or at a narrower --device-dtype")
+
+
+def _mb(nbytes: float) -> str:
+    return f"{nbytes / 1e6:.1f} MB" if nbytes >= 1e6 else f"{nbytes / 1e3:.1f} kB"
 
 
 @dataclass
@@ -53,6 +80,7 @@ class PlanningProblem:
     realise: SplitRealise | None = None
 
     def __post_init__(self) -> None:
+        check_memory(self.graph, self.system)
         self.op_cycles = self._cycles(weights_resident=True)
         self.op_cycles_streamed = self._cycles(weights_resident=False)
 

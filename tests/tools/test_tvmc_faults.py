@@ -84,3 +84,44 @@ def test_the_simulator_routes_by_the_tables_tvmc_routes_prints(cnn, tmp_path, ca
     for message in crossing:
         assert list(message.route) == printed.route(tasks[message.src_task].cluster,
                                                     tasks[message.dst_task].cluster)
+
+
+TINY_WITH_DRAM_CAPACITY = """
+[system]
+name = "tiny"
+frequency_hz = 1.0e9
+[grid]
+rows = 2
+cols = 2
+[grid.chiplet.cluster]
+count = 1
+macs_per_cycle = 64
+sram_bytes = 8192
+local_bandwidth = 32.0
+[nop]
+bandwidth = 16.0
+latency = 8.0
+[[dram]]
+chiplet = [0, 0]
+bandwidth = 10.0
+capacity_bytes = 100000
+[[dram]]
+chiplet = [1, 1]
+bandwidth = 10.0
+capacity_bytes = 100000
+"""
+
+
+def test_faults_that_leave_too_little_memory_say_by_how_much(cnn, tmp_path, capsys):
+    config = tmp_path / "tiny.toml"
+    config.write_text(TINY_WITH_DRAM_CAPACITY)
+    argv = ["compile", str(cnn), "--target", f"chiplet -config={config}", "--faults", "x1y1",
+            "-o", str(tmp_path / "a.tar")]
+    assert main(argv) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[-1] == (
+        "tvmc compile: error: the model does not fit tiny: it needs 171.7 kB (40.6 kB of fp32 "
+        "weights + 131.1 kB for the largest op's inputs and output), the 3 cluster(s) and 1 DRAM "
+        "controller(s) alive hold 124.6 kB (24.6 kB SRAM + 100.0 kB DRAM): short by 47.1 kB "
+        "(47,112 bytes); compile with fewer faults, for a system with more SRAM or DRAM "
+        "capacity_bytes, or at a narrower --device-dtype")
