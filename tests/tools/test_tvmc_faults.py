@@ -55,8 +55,8 @@ def test_running_a_healthy_artifact_on_a_faulty_system_says_what_breaks(cnn, tmp
     assert main(["run", str(artifact), "--faults", "x0y0"]) == 2
     err = capsys.readouterr().err
     assert "was compiled for mesh-4x4 without faults x0y0, which break its plan: clusters " \
-           "x0y0.k0 hold planned work; recompile it for the faulty system (tvmc compile ... --faults " \
-           "'x0y0'" in err
+           "x0y0.k0 hold planned work; recompile it for the faulty system (tvmc compile ... " \
+           "--faults 'x0y0'" in err
     # x3y3 holds no DRAM controller, and no route from one to x0y0 crosses it.
     assert main(["run", str(artifact), "--faults", "x3y3"]) == 0
     assert capsys.readouterr().out.startswith(
