@@ -68,7 +68,7 @@ def test_a_model_that_outgrows_the_surviving_memory_is_refused_by_how_much():
     faulty, _ = with_faults(healthy, "x0y1,x1y1")
     with pytest.raises(PlanningError, match=(
             r"^the model does not fit mesh-4x4: it needs 60\.3 MB \(60\.0 MB of int8 weights \+ "
-            r"0\.3 MB for the largest op's inputs and output\), the 14 cluster\(s\) and 3 DRAM "
+            r"300\.1 kB for the largest op's inputs and output\), the 14 cluster\(s\) and 3 DRAM "
             r"controller\(s\) alive hold 59\.4 MB \(29\.4 MB SRAM \+ 30\.0 MB DRAM\): short by "
-            r"0\.9 MB \(\d{3},\d{3} bytes\); compile with fewer faults")):
+            r"939\.9 kB \(939,936 bytes\); compile with fewer faults")):
         PlanningProblem(model, faulty, Topology(faulty))
