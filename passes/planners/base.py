@@ -70,6 +70,12 @@ class PlanningProblem:
     module it realises and the placement of that graph's ops (see :data:`SplitRealise`), so that
     such a placement is judged as it will run; without it, split ops are judged from
     :func:`~tvm_chiplet.passes.planners.placement.part_bytes` (parts combined on one cluster).
+
+    ``memo`` holds results planners reuse within this problem (simulated placements, the
+    pipeline planner's DP runs), keyed by everything they depend on besides the problem; a
+    shallow copy with another cluster order (:meth:`Topology.with_cluster_order`: the same
+    routes) shares it, so a planner that calls another over several orders pays once per
+    distinct run.
     """
 
     graph: OpGraph
@@ -78,6 +84,7 @@ class PlanningProblem:
     split_dims: dict[int, dict[str, int]] = field(default_factory=dict)
     simulator: WorkloadSimulator | None = None
     realise: SplitRealise | None = None
+    memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_memory(self.graph, self.system)

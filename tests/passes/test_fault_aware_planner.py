@@ -72,3 +72,27 @@ def test_a_model_that_outgrows_the_surviving_memory_is_refused_by_how_much():
             r"controller\(s\) alive hold 59\.4 MB \(29\.4 MB SRAM \+ 30\.0 MB DRAM\): short by "
             r"939\.9 kB \(939,936 bytes\); compile with fewer faults")):
         PlanningProblem(model, faulty, Topology(faulty))
+
+
+def test_planning_again_on_the_same_problem_reuses_its_runs_and_simulations():
+    system, _ = with_faults(load_system("mesh-4x4"), "x1y1,x0y0:x1y0")
+    calls = []
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return simulate_workload(*args, **kwargs)
+
+    nodes = [OpNode(i, f"op{i}", "call_tir", 2e7, 64, 300_000, 3_000_000) for i in range(12)]
+    graph = nx.DiGraph()
+    graph.add_nodes_from(range(12))
+    graph.add_edges_from(((i, i + 1) for i in range(11)), nbytes=300_000)
+    problem = PlanningProblem(OpGraph(nodes, graph, output_ops=[11]), system, Topology(system),
+                              simulator=counting)
+    first = PipelinePlanner(batches=8).plan(problem)
+    assert first.notes["candidates"] > 1  # weights stream: the search ran
+    simulated = len(calls)
+    assert PipelinePlanner(batches=8).plan(problem) == first
+    assert len(calls) == simulated
+    fresh = PlanningProblem(problem.graph, system, Topology(system), simulator=simulate_workload)
+    assert FaultAwarePlanner(batches=8, rounds=2).plan(problem) == \
+           FaultAwarePlanner(batches=8, rounds=2).plan(fresh)
