@@ -33,6 +33,7 @@ split dimensions): placements keep whole ops. Writes ``faults.csv`` and ``faults
 from __future__ import annotations
 
 import argparse
+import csv
 import math
 import os
 import statistics
@@ -258,19 +259,54 @@ def targets(rows: list[dict]) -> list[str]:
                      f"{'met' if median_four >= 1.3 else 'NOT met'})")
     else:
         lines.append("- fault-aware / fault-oblivious with 4 dead chiplets: not run")
+    dead_chiplets = [r["retained_vs_compute"] for r in rows if r["kind"] == "chiplets"]
+    if dead_chiplets:
+        lines.append(f"- median retained throughput / surviving compute over the "
+                     f"{len(dead_chiplets)} dead-chiplet sets alone (dead links leave all the "
+                     f"compute): {statistics.median(dead_chiplets):.3f}")
+    low = [f"{s['model']} {s['preset']} {s['faults']} ({s['retained_vs_compute']:.2f})"
+           for s in summarise(rows) if s["retained_vs_compute"] < 0.9]
+    lines.append("- cases whose median is below 0.9: " + (", ".join(low) if low else "none"))
     lines.append(f"- every route of every plan avoids the dead parts: "
                  f"{all(r['routes_ok'] for r in rows)}")
     return lines
 
 
+def read_rows(path: str) -> list[dict]:
+    """Rows of a CSV this bench wrote, numbers and booleans as such."""
+    def value(text: str):
+        if text in ("True", "False"):
+            return text == "True"
+        try:
+            return int(text)
+        except ValueError:
+            try:
+                return float(text)
+            except ValueError:
+                return text
+
+    with open(path, newline="") as handle:
+        return [{key: value(text) for key, text in row.items()}
+                for row in csv.DictReader(handle)]
+
+
 def write(out: str, rows: list[dict], args, plan_times: list[dict], status: str) -> None:
     os.makedirs(out, exist_ok=True)
     write_csv(os.path.join(out, "faults.csv"), rows)
+    if plan_times:
+        write_csv(os.path.join(out, "plan_times.csv"), plan_times)
+    run = f"`python -m tvm_chiplet.tools.bench.faults {' '.join(args.argv)}`: {status}"
+    with open(os.path.join(out, "run.txt"), "w") as handle:
+        handle.write(run + "\n")
+    write_report(out, rows, plan_times, run, args.batches)
+
+
+def write_report(out: str, rows: list[dict], plan_times: list[dict], run: str,
+                 batches: int) -> None:
     lines = [
         "# Degradation under faults: fault-aware against fault-oblivious deployment", "",
-        f"`python -m tvm_chiplet.tools.bench.faults {' '.join(args.argv)}`: {status}. "
-        f"Random fault sets (seed = set number) per case; every plan simulated with "
-        f"{args.batches} pipelined inputs on the `flow` network; throughput relative to the "
+        f"{run}. Random fault sets (seed = set number) per case; every plan simulated with "
+        f"{batches} pipelined inputs on the `flow` network; throughput relative to the "
         "pipeline plan of the healthy system. `aware`: strategy fault-aware; `pipeline`: the "
         "pipeline planner on the surviving system; `oblivious`: the healthy plan with each "
         "dead cluster's work on its nearest survivor. `aware_plan_vs_healthy`: fault-aware "
@@ -308,8 +344,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=64)
     parser.add_argument("--quick", action="store_true", help="small model variants")
     parser.add_argument("--out", default="tools/bench/results")
+    parser.add_argument("--report", action="store_true",
+                        help="only rewrite faults.md in --out from its faults.csv, "
+                             "plan_times.csv and run.txt")
     args = parser.parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else list(argv)
+    if args.report:
+        times = os.path.join(args.out, "plan_times.csv")
+        with open(os.path.join(args.out, "run.txt")) as handle:
+            run = handle.read().strip()
+        write_report(args.out, read_rows(os.path.join(args.out, "faults.csv")),
+                     read_rows(times) if os.path.exists(times) else [], run, args.batches)
+        return 0
     started = time.monotonic()
     rows: list[dict] = []
     plan_times: list[dict] = []
