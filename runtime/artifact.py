@@ -16,7 +16,13 @@ import tvm_ffi
 from tvm import relax
 
 from tvm_chiplet.runtime.files import atomic_write
-from tvm_chiplet.targets.faults import dead_parts, parse_faults, with_faults
+from tvm_chiplet.targets.faults import (
+    dead_parts,
+    parse_fault_counts,
+    parse_faults,
+    with_faults,
+)
+from tvm_chiplet.targets.faults import random_faults as random_faults_of
 from tvm_chiplet.targets.routing import RoutingTables, routing_tables
 from tvm_chiplet.targets.system import ChipletSystem
 
@@ -131,55 +137,95 @@ class ChipletModule:
         self.path = path
         return path
 
-    def check_faults(self, faults: dict | str) -> None:
-        """Refuse to run on the artifact's system with ``faults`` (a ``[faults]`` table or
-        ``tvmc --faults`` text) dead: the error says which of the plan's clusters and links
-        they break, and to recompile for the faulty system.
+    def check_faults(self, faults: dict | str | None = None,
+                     random_faults: dict | str | None = None, seed: int = 0) -> str:
+        """Check that the plan runs as compiled on the artifact's system with more parts dead.
 
-        Faults the artifact was compiled with (``plan.json`` ``faults``) are accepted as they
-        are. Any other dead part changes the cluster numbering and the routing tables, so the
-        plan no longer runs as compiled.
+        ``faults`` (a ``[faults]`` table or ``tvmc --faults`` text) and ``random_faults``
+        (counts, ``"chiplets=2,links=4"``, drawn with ``seed`` among what ``faults`` leaves, as
+        ``tvmc compile --random-faults`` draws them) are applied to the artifact's system
+        (faults it was compiled with are accepted as they are). When no task, message, weight
+        fetch, DRAM controller or route of the plan uses a dead part, the plan runs as
+        compiled: its routes avoid them and they carried none of its traffic.
+
+        Returns
+        -------
+        str
+            One line saying what is dead and that the plan does not use it (empty when
+            nothing new is dead).
+
+        Raises
+        ------
+        ArtifactError
+            Naming the dead clusters, DRAM controllers and links the plan uses, and the
+            ``tvmc compile --faults`` text to recompile with.
         """
-        table = _fault_table(faults)
         compiled = (self.plan.get("faults") or {}).get("dead", {})
+        table = _fault_table(faults) if faults else {}
         new = {kind: [i for i in items if i not in compiled.get(kind, [])]
                for kind, items in table.items()}
         new = {kind: items for kind, items in new.items() if items}
+        if random_faults:
+            counts = (parse_fault_counts(random_faults) if isinstance(random_faults, str)
+                      else dict(random_faults))
+            named = with_faults(self.system, new)[0] if new else self.system
+            for kind, items in random_faults_of(named, seed=seed, **counts).items():
+                new[kind] = [*new.get(kind, []), *items]
         if not new:
-            return
+            return ""
         faulty, notes = with_faults(self.system, new)
         dead_clusters, dead_links = dead_parts(self.system, faulty)
-        used = set(self.plan.get("clusters_used", []))
-        routes = [m["route"] for m in self.plan.get("messages", [])]
-        routes += [f["route"] for f in self.plan.get("dram_fetches", [])]
-        broken_links = [i for i in dead_links if any(i in route for route in routes)]
         names = self.system.clusters
-        broken = [f"clusters {', '.join(names[c].name for c in dead_clusters if c in used)} "
-                  "hold planned work"] if used & set(dead_clusters) else []
-        if broken_links:
+        tasks = self.plan.get("tasks", [])
+        fetches = self.plan.get("dram_fetches", [])
+        used = (set(self.plan.get("clusters_used", [])) | {t["cluster"] for t in tasks}
+                | {f["cluster"] for f in fetches}
+                | {f["lender"] for f in fetches if f.get("lender") is not None})
+        routes = [m["route"] for m in self.plan.get("messages", [])]
+        routes += [f["route"] for f in fetches] + [t["route"] for t in self.plan.get(
+            "transfers", [])]
+        broken = []
+        held = [c for c in dead_clusters if c in used]
+        if held:
+            broken.append(f"clusters {', '.join(names[c].name for c in held)} hold planned work")
+        lost_drams = sorted({f["dram"] for f in fetches if f.get("dram") is not None
+                             and self.system.drams[f["dram"]].node in dead_clusters})
+        if lost_drams:
+            broken.append("weights stream from DRAM controller(s) "
+                          + ", ".join(f"{d} on {names[self.system.drams[d].node].name}"
+                                      for d in lost_drams))
+        crossed = [i for i in dead_links if any(i in route for route in routes)]
+        if crossed:
             shown = ", ".join(f"{names[self.system.links[i].src].name}->"
-                              f"{names[self.system.links[i].dst].name}" for i in broken_links[:6])
-            more = f" ({len(broken_links)} in all)" if len(broken_links) > 6 else ""
+                              f"{names[self.system.links[i].dst].name}" for i in crossed[:6])
+            more = f" ({len(crossed)} in all)" if len(crossed) > 6 else ""
             broken.append(f"routes cross dead links {shown}{more}")
+        text = _fault_text(new)
         if not broken:
-            broken.append("no planned cluster or route uses them, but the surviving clusters "
-                          "are renumbered and rerouted")
-        every = {kind: [*compiled.get(kind, []), *new.get(kind, [])]
-                 for kind in (*compiled, *new)}
-        text = ",".join(
-            ":".join(item) if isinstance(item, list) else item
-            for items in every.values() for item in items)
+            return (f"faults {text} on {self.system.name}: no task, message, weight fetch or "
+                    f"route of the plan uses them ({len(used)} cluster(s), {len(routes)} routes "
+                    f"checked); running as compiled"
+                    + "".join(f"; {note}" for note in notes))
+        every = _fault_text({kind: [*compiled.get(kind, []), *new.get(kind, [])]
+                             for kind in (*compiled, *new)})
         where = self.path or "this artifact"
         raise ArtifactError(
-            f"{where} was compiled for {self.system.name} without faults {new}: "
+            f"{where} was compiled for {self.system.name} without faults {text}, which break "
+            f"its plan: "
             f"{'; '.join(broken + notes)}; recompile it for the faulty system "
-            f"(tvmc compile ... --faults '{text}', or build(..., faults=...))")
+            f"(tvmc compile ... --faults '{every}', or build(..., faults=...))")
 
     def run(self, inputs, **options):
         """Run on the host, one worker per cluster; see :class:`tvm_chiplet.runtime.Executor`."""
         from tvm_chiplet.runtime.executor import Executor
 
         return Executor(self).run(inputs, **options)
+
+
+def _fault_text(table: dict[str, list]) -> str:
+    """``tvmc --faults`` text for a ``[faults]`` table: ``"x1y1,x0y0.k3,x0y0:x1y0"``."""
+    return ",".join(":".join(item) if isinstance(item, list) else item
+                    for items in table.values() for item in items)
 
 
 def _fault_table(faults: dict | str) -> dict[str, list]:

@@ -140,12 +140,15 @@ class Link:
 
 @dataclass(frozen=True)
 class Dram:
-    """A DRAM controller at routing node ``node``: ``bandwidth`` bytes/cycle, pJ per bit moved."""
+    """A DRAM controller at routing node ``node``: ``bandwidth`` bytes/cycle, pJ per bit moved,
+    and the bytes of memory behind it (``capacity_bytes``; None when the system does not say,
+    which the planners take as room for any model)."""
 
     id: int
     node: int
     bandwidth: float
     energy_pj_per_bit: float = 0.0
+    capacity_bytes: int | None = None
 
 
 CALIBRATED_KINDS = (*LINK_KINDS, "dram")
@@ -324,6 +327,8 @@ class ChipletSystem:
             }
             if energy:
                 entry["energy_pj_per_bit"] = dram.energy_pj_per_bit
+            if dram.capacity_bytes is not None:
+                entry["capacity_bytes"] = dram.capacity_bytes
             drams.append(entry)
         return {
             "system": {

@@ -84,6 +84,8 @@ Sections shared by both forms::
     cluster = "k0"                 # optional local cluster name or index, default the gateway
     bandwidth = 51.2               # > 0 bytes/cycle
     energy_pj_per_bit = 4.5        # energy: pJ per bit read or written
+    capacity_bytes = 2147483648    # optional integer > 0: memory behind the controller (a
+                                   #   model must fit the SRAM plus this; unbounded if absent)
 
     [calibration]                  # optional: the flow model corrected towards the flit model,
                                    #   as tools/bench/fidelity.py --calibrate writes it
@@ -183,7 +185,7 @@ _CLUSTER_KEYS = (
 _LINK_DEFAULT_KEYS = ("bandwidth", "latency", "energy_pj_per_bit", "auto", "multicast")
 _LINK_KEYS = ("src", "dst", "kind", "bandwidth", "latency", "energy_pj_per_bit", "multicast",
               "bidirectional")
-_DRAM_KEYS = ("chiplet", "cluster", "bandwidth", "energy_pj_per_bit")
+_DRAM_KEYS = ("chiplet", "cluster", "bandwidth", "energy_pj_per_bit", "capacity_bytes")
 _FAULT_KEYS = ("chiplets", "clusters", "links")
 _DEFAULT_DTYPE = "fp32"  # what a file without [system] dtype has always meant
 
@@ -309,6 +311,7 @@ class _DramSpec:
     node: int
     bandwidth: float
     energy: float | None
+    capacity: int | None = None
 
 
 class _Builder:
@@ -975,7 +978,9 @@ class _Builder:
                 )
             bandwidth = self.get_number(tbl, "bandwidth", path, positive=True, unit="bytes/cycle")
             energy = self.energy(tbl, "energy_pj_per_bit", path, "pJ per bit")
-            result.append(_DramSpec(spec.first + index, bandwidth, energy))
+            capacity = (self.get_int(tbl, "capacity_bytes", path, 1)
+                        if "capacity_bytes" in tbl else None)
+            result.append(_DramSpec(spec.first + index, bandwidth, energy, capacity))
         return result
 
     def faults(
@@ -1091,6 +1096,7 @@ class _Builder:
                 new_id[dram.node],
                 dram.bandwidth,
                 energy_pj_per_bit=dram.energy if has_energy else 0.0,
+                capacity_bytes=dram.capacity,
             )
             for i, dram in enumerate(d for d in drams if d.node in new_id)
         ]

@@ -193,8 +193,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from tvm_chiplet.runtime.profile import chrome_trace, format_table, profile_report
 
     module = load_module(args.artifact)
-    if args.faults:
-        module.check_faults(args.faults)
+    if args.faults or args.random_faults:
+        note = module.check_faults(args.faults, args.random_faults, args.seed)
+        if note:
+            print(note)
     inputs = _load_inputs(args, module.input_specs)
     sim = simulate_plan(module.plan, module.system, batches=args.batches, network=args.network,
                         progress=_progress_printer("simulate"), routing=module.routing)
@@ -385,7 +387,8 @@ def make_parser() -> argparse.ArgumentParser:
     run.add_argument("--inputs", help=".npz with one array per model input")
     run.add_argument("--fill-mode", choices=["zeros", "ones", "random"], default="random",
                      help="inputs to make when --inputs is not given")
-    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--seed", type=int, default=0,
+                     help="seed of random inputs and of --random-faults (default 0)")
     run.add_argument("--outputs", help="write outputs to this .npz")
     run.add_argument("--print-time", action="store_true", help="print the per-cluster table")
     run.add_argument("--profile-json", help="write the full profile as JSON")
@@ -400,7 +403,11 @@ def make_parser() -> argparse.ArgumentParser:
                           "to the whole model (pip install \".[explore]\")")
     run.add_argument("--address", help="with --per-op-noc: Ray cluster (default: local Ray)")
     run.add_argument("--faults", help="run on the artifact's system with these parts dead (as "
-                     "tvmc compile --faults): says what of the plan they break, to recompile")
+                     "tvmc compile --faults): runs if the plan uses none of them, else says "
+                     "what of the plan they break and to recompile")
+    run.add_argument("--random-faults", metavar="KIND=N,...",
+                     help="as --faults, with random parts dead (drawn with --seed as tvmc "
+                          "compile --random-faults draws them)")
     run.set_defaults(func=cmd_run)
 
     noc = sub.add_parser("simulate-noc", help="synthetic traffic on a NoC (flit model)")

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from tvm_chiplet.passes.analysis.op_graph import OpGraph
-from tvm_chiplet.passes.planners.placement import Placement
+from tvm_chiplet.passes.planners.placement import Placement, PlanningError
 from tvm_chiplet.targets import cost_model
 from tvm_chiplet.targets.system import ChipletSystem
 from tvm_chiplet.targets.topology import Topology
@@ -29,6 +29,33 @@ of the realised module and the placement of its ops
 (:class:`tvm_chiplet.passes.plan_split_placement.SplitRealiser`)."""
 
 
+def check_memory(graph: OpGraph, system: ChipletSystem) -> None:
+    """Raise :class:`PlanningError` when the SRAM of ``system``'s clusters plus the memory behind
+    its DRAM controllers cannot hold the model: its weights and the largest op's inputs and
+    output. Unbounded (no check) when some controller declares no ``capacity_bytes``, as the
+    presets do not; on a system with dead parts only what survives counts."""
+    capacities = [dram.capacity_bytes for dram in system.drams]
+    if any(capacity is None for capacity in capacities):
+        return
+    weights = sum(op.weight_bytes for op in graph.ops)
+    working = max((op.input_bytes + op.output_bytes for op in graph.ops), default=0)
+    sram = sum(cluster.sram_bytes for cluster in system.clusters)
+    dram = sum(capacities)
+    short = weights + working - sram - dram
+    if short > 0:
+        raise PlanningError(
+            f"the model does not fit {system.name}: it needs {_mb(weights + working)} "
+            f"({_mb(weights)} of {system.device_dtype} weights + {_mb(working)} for the largest "
+            f"op's inputs and output), the {system.num_clusters} cluster(s) and {len(capacities)} "
+            f"DRAM controller(s) alive hold {_mb(sram + dram)} ({_mb(sram)} SRAM + {_mb(dram)} "
+            f"DRAM): short by {_mb(short)} ({short:,} bytes); compile with fewer faults, for a "
+            f"system with more SRAM or DRAM capacity_bytes, or at a narrower --device-dtype")
+
+
+def _mb(nbytes: float) -> str:
+    return f"{nbytes / 1e6:.1f} MB" if nbytes >= 1e6 else f"{nbytes / 1e3:.1f} kB"
+
+
 @dataclass
 class PlanningProblem:
     """Everything a planner may look at: the graph, the system, the shared cost model, a judge.
@@ -43,6 +70,12 @@ class PlanningProblem:
     module it realises and the placement of that graph's ops (see :data:`SplitRealise`), so that
     such a placement is judged as it will run; without it, split ops are judged from
     :func:`~tvm_chiplet.passes.planners.placement.part_bytes` (parts combined on one cluster).
+
+    ``memo`` holds results planners reuse within this problem (simulated placements, the
+    pipeline planner's DP runs), keyed by everything they depend on besides the problem; a
+    shallow copy with another cluster order (:meth:`Topology.with_cluster_order`: the same
+    routes) shares it, so a planner that calls another over several orders pays once per
+    distinct run.
     """
 
     graph: OpGraph
@@ -51,8 +84,10 @@ class PlanningProblem:
     split_dims: dict[int, dict[str, int]] = field(default_factory=dict)
     simulator: WorkloadSimulator | None = None
     realise: SplitRealise | None = None
+    memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        check_memory(self.graph, self.system)
         self.op_cycles = self._cycles(weights_resident=True)
         self.op_cycles_streamed = self._cycles(weights_resident=False)
 

@@ -93,8 +93,9 @@ def simulate_placement(
     a rewrite and reduction of the module (seconds), so searches over many candidates judge
     split ops from :func:`graph_items` and keep ``as_built`` for their final comparisons.
 
-    The one door from planners to the device simulator. Raises :class:`PlanningError` when the
-    problem carries no simulator.
+    The one door from planners to the device simulator; a placement simulated before on the
+    same problem (``problem.memo``) is not simulated again. Raises :class:`PlanningError` when
+    the problem carries no simulator.
     """
     if problem.simulator is None:
         raise PlanningError(
@@ -102,6 +103,21 @@ def simulate_placement(
             "problem has none; pass simulator=tvm_chiplet.runtime.device.simulate_workload to "
             "PlanPlacement / PlanSplitPlacement / get_pipeline (tvm_chiplet.build does)"
         )
+    key = ("simulate", placement_key(placement), batches, network, as_built, problem.simulator)
+    if key not in problem.memo:
+        problem.memo[key] = _simulate(problem, placement, batches, network, as_built)
+    return problem.memo[key]
+
+
+def placement_key(placement: Placement) -> tuple:
+    """What of ``placement`` its workload depends on (not its notes, strategy or objective)."""
+    return (placement.op_cluster, placement.op_stage, placement.stage_clusters,
+            placement.splits, placement.dram_policy, placement.dram_shares, placement.replicas,
+            placement.sram_loans)
+
+
+def _simulate(problem: PlanningProblem, placement: Placement, batches: int, network: str,
+              as_built: bool):
     graph = problem.graph
     if as_built and placement.splits and problem.realise is not None:
         graph, placement = problem.realise(placement)

@@ -3,7 +3,9 @@
 (a) Partition: the pipeline DP (:class:`PipelinePlanner`, no copies) chooses each op's stage
     and each stage's clusters (its resource count: one cluster, or a region whose convolutions
     and matmuls split over it) for compute plus the cycles to receive its inputs, over a cluster
-    order whose consecutive clusters are neighbours on the surviving graph.
+    order whose consecutive clusters are neighbours on the surviving graph (in the first round
+    also over the planner's other candidate orders, which do not depend on the mapping, so
+    later rounds keep to the mapped order).
 (b) Mapping: the clusters the partition uses are permuted onto the surviving topology (among
     clusters of the same kind: MACs, SRAM, local bandwidth) by local search, first improvement
     over swaps of two used clusters and moves of a used cluster to an idle one, minimising the
@@ -64,10 +66,11 @@ class FaultAwarePlanner:
         routing = routing_tables(problem.system)
         order = list(problem.topology.cluster_order())
         best, best_cycles, history = None, math.inf, []
-        for _ in range(self.rounds):
-            ordered = copy.copy(problem)
+        for round_ in range(self.rounds):
+            ordered = copy.copy(problem)  # shares problem.memo: runs and simulations repeat free
             ordered.topology = problem.topology.with_cluster_order(order)
-            partition = PipelinePlanner(batches=self.batches, replicate=False).plan(ordered)
+            partition = PipelinePlanner(batches=self.batches, replicate=False,
+                                        other_orders=round_ == 0).plan(ordered)
             before = _link_objective(problem, partition)
             mapped = _map_clusters(problem, partition, self.max_passes)
             after = _link_objective(problem, mapped)

@@ -166,13 +166,17 @@ class PipelinePlanner:
     clusters : sequence of int, optional
         Plan on these clusters only, and lend SRAM from these only (default: every cluster),
         in the topology's order.
+    other_orders : bool, default True
+        The streaming candidates also follow :func:`candidate_orders` besides the topology's
+        order; ``False`` keeps to the topology's order (a caller that hands in its own order
+        and has tried the others).
     """
 
     name = "pipeline"
 
     def __init__(self, max_stages: int | None = None, batches: int = 64,
                  search: bool = True, max_region: int = 4, replicate: bool = True,
-                 clusters: Sequence[int] | None = None) -> None:
+                 clusters: Sequence[int] | None = None, other_orders: bool = True) -> None:
         if max_stages is not None and max_stages < 1:
             raise PlanningError(f"max_stages must be >= 1, got {max_stages}")
         if batches < 1:
@@ -187,6 +191,7 @@ class PipelinePlanner:
         self.max_region = max_region
         self.clusters = None if clusters is None else frozenset(clusters)
         self.replicate = replicate and max_stages is None and clusters is None
+        self.other_orders = other_orders
 
     def plan(self, problem: PlanningProblem) -> Placement:
         unknown = sorted((self.clusters or set()) - set(range(problem.system.num_clusters)))
@@ -240,12 +245,12 @@ class PipelinePlanner:
     def _plan_pipeline(self, problem: PlanningProblem) -> Placement:
         """The best single pipeline (no copies) over the allowed clusters."""
         order = self._allowed(problem.topology.cluster_order())
-        boundaries: dict[tuple[int, ...], np.ndarray] = {}  # receive costs, once per order
 
-        def boundary(order: list[int]) -> np.ndarray:
-            if tuple(order) not in boundaries:
-                boundaries[tuple(order)] = self._boundary(problem, order)
-            return boundaries[tuple(order)]
+        def boundary(order: list[int]) -> np.ndarray:  # receive costs, once per order
+            key = ("pipeline boundary", tuple(order))
+            if key not in problem.memo:
+                problem.memo[key] = self._boundary(problem, order)
+            return problem.memo[key]
 
         starts, bottleneck = self._compute_dp(problem, order, boundary(order))
         best = self._placement(problem, order, starts, bottleneck, "interleave", {})
@@ -259,18 +264,27 @@ class PipelinePlanner:
         runs = []
         for variant in STREAMING_VARIANTS:
             rate = stream_rates(problem, variant.policy)
-            orders = [self._allowed(o) for o in candidate_orders(problem, rate)]
+            orders = [self._allowed(o) for o in candidate_orders(problem, rate)] \
+                if self.other_orders else [order]
             scaled = {c: r * variant.rate_scale for c, r in rate.items()}
             allowed = [w for w in widths if variant.max_width is None or w <= variant.max_width]
             for cand_order, width in itertools.product(orders, allowed):
                 runs.append((problem, cand_order, boundary(cand_order), scaled, variant, width))
+        # A run depends on the problem and these alone: another call on the problem (another
+        # planner's, over other orders) reuses the runs they share.
+        keys = [("pipeline streaming", tuple(run[1]), run[4], run[5], self.max_stages,
+                 self.batches, self.clusters) for run in runs]
+        todo = [(key, run) for key, run in zip(keys, runs, strict=True)
+                if key not in problem.memo]
         # numpy releases the GIL in the DP's array work: the runs share the cores.
         with concurrent.futures.ThreadPoolExecutor(_usable_cores()) as pool:
-            found = list(pool.map(lambda run: self._streaming(*run), runs))
-        for cand, (*_, variant, _width) in zip(found, runs, strict=True):
-            if cand is not None:
-                candidates += [cand, balance_dram(problem, cand, lend=variant.lend,
-                                                  lenders=self.clusters)]
+            found = list(pool.map(lambda run: self._streaming(*run), [run for _, run in todo]))
+        for (key, run), cand in zip(todo, found, strict=True):
+            variant = run[4]
+            problem.memo[key] = [] if cand is None else [
+                cand, balance_dram(problem, cand, lend=variant.lend, lenders=self.clusters)]
+        for key in keys:
+            candidates += problem.memo[key]
         with concurrent.futures.ThreadPoolExecutor(_usable_cores()) as pool:
             simulated = list(pool.map(
                 lambda cand: float(simulate_placement(problem, cand, self.batches).total_cycles),

@@ -10,6 +10,7 @@ from tvm_chiplet.passes.planners.evaluate import simulate_placement
 from tvm_chiplet.passes.planners.placement import PlanningError
 from tvm_chiplet.runtime.device import simulate_workload
 from tvm_chiplet.targets.faults import with_faults
+from tvm_chiplet.targets.system import ChipletSystem
 from tvm_chiplet.targets.system_toml import load_system
 from tvm_chiplet.targets.topology import Topology
 
@@ -45,3 +46,53 @@ def test_fault_aware_is_a_registered_strategy_with_checked_options():
     assert isinstance(get_planner("fault-aware"), FaultAwarePlanner)
     with pytest.raises(PlanningError, match=r"rounds and max_passes must be >= 1, got 64, 0, 20"):
         FaultAwarePlanner(rounds=0)
+
+
+def with_dram_capacity(system, capacity_bytes):
+    data = system.to_dict()
+    for dram in data["dram"]:
+        dram["capacity_bytes"] = capacity_bytes
+    return ChipletSystem.from_dict(data)
+
+
+def test_a_model_that_outgrows_the_surviving_memory_is_refused_by_how_much():
+    # 16 clusters x 2 MiB SRAM + 4 controllers x 10 MB hold 73.6 MB: 20 ops x 3 MB of weights
+    # fit; killing x0y1 (a controller's chiplet) and x1y1 leaves 59.4 MB.
+    healthy = with_dram_capacity(load_system("mesh-4x4"), 10_000_000)
+    nodes = [OpNode(i, f"op{i}", "call_tir", 2e7, 64, 300_000, 3_000_000) for i in range(20)]
+    graph = nx.DiGraph()
+    graph.add_nodes_from(range(20))
+    graph.add_edges_from(((i, i + 1) for i in range(19)), nbytes=300_000)
+    model = OpGraph(nodes, graph, output_ops=[19])
+    PlanningProblem(model, healthy, Topology(healthy))
+    faulty, _ = with_faults(healthy, "x0y1,x1y1")
+    with pytest.raises(PlanningError, match=(
+            r"^the model does not fit mesh-4x4: it needs 60\.3 MB \(60\.0 MB of int8 weights \+ "
+            r"300\.1 kB for the largest op's inputs and output\), the 14 cluster\(s\) and 3 DRAM "
+            r"controller\(s\) alive hold 59\.4 MB \(29\.4 MB SRAM \+ 30\.0 MB DRAM\): short by "
+            r"939\.9 kB \(939,936 bytes\); compile with fewer faults")):
+        PlanningProblem(model, faulty, Topology(faulty))
+
+
+def test_planning_again_on_the_same_problem_reuses_its_runs_and_simulations():
+    system, _ = with_faults(load_system("mesh-4x4"), "x1y1,x0y0:x1y0")
+    calls = []
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return simulate_workload(*args, **kwargs)
+
+    nodes = [OpNode(i, f"op{i}", "call_tir", 2e7, 64, 300_000, 3_000_000) for i in range(12)]
+    graph = nx.DiGraph()
+    graph.add_nodes_from(range(12))
+    graph.add_edges_from(((i, i + 1) for i in range(11)), nbytes=300_000)
+    problem = PlanningProblem(OpGraph(nodes, graph, output_ops=[11]), system, Topology(system),
+                              simulator=counting)
+    first = PipelinePlanner(batches=8).plan(problem)
+    assert first.notes["candidates"] > 1  # weights stream: the search ran
+    simulated = len(calls)
+    assert PipelinePlanner(batches=8).plan(problem) == first
+    assert len(calls) == simulated
+    fresh = PlanningProblem(problem.graph, system, Topology(system), simulator=simulate_workload)
+    assert FaultAwarePlanner(batches=8, rounds=2).plan(problem) == \
+           FaultAwarePlanner(batches=8, rounds=2).plan(fresh)

@@ -200,6 +200,18 @@ def test_dram_on_faulty_chiplet_is_dropped():
     assert [d.bandwidth for d in system.drams] == [50.0]
 
 
+def test_dram_capacity_is_optional_and_round_trips():
+    assert ChipletSystem.from_dict(grid_dict(1, 2)).drams[0].capacity_bytes is None
+    data = grid_dict(1, 2)
+    data["dram"][0]["capacity_bytes"] = 1 << 30
+    system = ChipletSystem.from_dict(data)
+    assert system.drams[0].capacity_bytes == 1 << 30
+    assert ChipletSystem.from_dict(system.to_dict()) == system
+    data["dram"][0]["capacity_bytes"] = 0.5
+    with pytest.raises(SystemConfigError, match=r"dram\[0\]\.capacity_bytes: .*an integer >= 1"):
+        ChipletSystem.from_dict(data)
+
+
 def test_from_dict_does_not_mutate_input():
     data = grid_dict(2, 2, clusters=2, faults={"chiplets": ["x0y1"]})
     before = copy.deepcopy(data)
