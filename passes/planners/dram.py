@@ -146,10 +146,11 @@ def fastest_dram(problem: PlanningProblem, placement: Placement, batches: int,
     and with ``nearest`` also all in the nearest controller. ``notes["dram_placement"]`` names
     the pick, ``notes["dram_placement_simulated_cycles"]`` every candidate's cycles and
     ``notes["simulated_as_built"]`` whether its op splits were realised for that."""
+    balanced = balance_dram(problem, placement)
     candidates = {"interleave": placement}
-    if nearest:
+    if nearest and balanced is not placement:  # else nothing streams, or from one controller
         candidates["nearest"] = dataclasses.replace(placement, dram_policy="nearest")
-    candidates["balanced"] = balance_dram(problem, placement)
+    candidates["balanced"] = balanced
     candidates["balanced+loans"] = balance_dram(problem, placement, lend=True)
     simulated = {}
     for name, cand in candidates.items():
