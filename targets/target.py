@@ -37,7 +37,9 @@ KNOWN_OPTIONS: dict[str, str] = {
     "config": "path to a chiplet system TOML file (string)",
     "device-dtype": "precision of the device model: int8, fp16, bf16 or fp32 (default the "
                     "system's)",
-    "objective": "what strategy 'auto' keeps: time, throughput, latency, energy or edp",
+    "objective": "what strategy 'auto' keeps: time, throughput, latency, energy or edp; "
+                 "time, throughput or latency also set the inputs a strategy such as pipeline "
+                 "or tensor-parallel plans for",
 }
 
 _ACCEPTED = (

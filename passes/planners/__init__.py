@@ -1,5 +1,7 @@
 """Placement strategies. Planners work on plain graphs, arrays and dataclasses, never on IR."""
 
+import inspect
+
 from tvm_chiplet.passes.planners.auto import AutoPlanner
 from tvm_chiplet.passes.planners.base import Planner, PlanningProblem
 from tvm_chiplet.passes.planners.data_parallel import DataParallelPlanner
@@ -36,6 +38,17 @@ def get_planner(name: str, **options) -> Planner:
     return PLANNERS[name](**options)
 
 
+def plans_for_inputs(name: str) -> bool:
+    """Whether the planner registered as ``name`` plans for a number of inputs (``batches``)."""
+    return name in PLANNERS and "batches" in inspect.signature(PLANNERS[name]).parameters
+
+
+def planner_for_inputs(name: str, batches: int) -> Planner:
+    """The planner registered as ``name``, planned for ``batches`` inputs where it takes a
+    number of inputs (:func:`plans_for_inputs`)."""
+    return get_planner(name, **({"batches": batches} if plans_for_inputs(name) else {}))
+
+
 __all__ = [
     "BASELINES",
     "PLANNERS",
@@ -54,4 +67,6 @@ __all__ = [
     "TensorParallelPlanner",
     "get_planner",
     "min_bottleneck_partition",
+    "planner_for_inputs",
+    "plans_for_inputs",
 ]

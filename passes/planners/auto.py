@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import time
 from collections.abc import Callable, Sequence
 
@@ -67,18 +66,13 @@ class AutoPlanner:
         self.progress = progress
 
     def _planners(self) -> list[Planner]:
-        from tvm_chiplet.passes.planners import BASELINES, PLANNERS, get_planner
+        from tvm_chiplet.passes.planners import BASELINES, PLANNERS, planner_for_inputs
 
         names = self.candidates or [
             n for n in PLANNERS if n != self.name and n not in BASELINES
         ]
-        planners = []
-        for c in names:
-            if isinstance(c, str):  # planned for the inputs the candidates are judged on
-                takes = "batches" in inspect.signature(PLANNERS.get(c, dict)).parameters
-                c = get_planner(c, **({"batches": self.batches} if takes else {}))
-            planners.append(c)
-        return planners
+        # Planned for the inputs the candidates are judged on.
+        return [planner_for_inputs(c, self.batches) if isinstance(c, str) else c for c in names]
 
     def _cost(self, sim) -> float:
         """The objective as a positive cost: lower is better."""

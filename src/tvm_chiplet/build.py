@@ -22,7 +22,13 @@ from tvm_chiplet.passes.analysis.op_graph import OpGraph
 from tvm_chiplet.passes.analysis.segments import SegmentSchedule, read_segments
 from tvm_chiplet.passes.attrs import ATTR_PLACEMENT
 from tvm_chiplet.passes.pipeline import get_pipeline
-from tvm_chiplet.passes.planners import AutoPlanner, Planner
+from tvm_chiplet.passes.planners import (
+    PLANNERS,
+    AutoPlanner,
+    Planner,
+    planner_for_inputs,
+    plans_for_inputs,
+)
 from tvm_chiplet.passes.reduce_graph import ReduceGraph
 from tvm_chiplet.runtime.artifact import ChipletModule
 from tvm_chiplet.runtime.device import DeviceSimResult, simulate_plan, simulate_workload
@@ -220,6 +226,10 @@ def estimate_plan(plan: dict, system: ChipletSystem, network: str = "flow",
     ]
 
 
+INPUT_OBJECTIVES = ("time", "throughput", "latency")
+"""Objectives a strategy that plans for a number of inputs can take without ``auto``."""
+
+
 def build(
     model: str | os.PathLike | onnx.ModelProto | tvm.IRModule,
     target: str | tvm.target.Target | ChipletTarget = "chiplet/mesh-4x4",
@@ -284,13 +294,23 @@ def build(
                                                      fault_seed)
     strategy = strategy or chiplet_target.options.get("strategy", "pipeline")
     if "objective" in chiplet_target.options:
-        if strategy != AutoPlanner.name:
+        objective = chiplet_target.options["objective"]
+        if strategy == AutoPlanner.name:
+            strategy = AutoPlanner(objective=objective)
+        elif (isinstance(strategy, str) and plans_for_inputs(strategy)
+              and objective in INPUT_OBJECTIVES):
+            # The strategy plans for one input (latency) or the inputs auto judges time on.
+            inputs = 1 if objective == "latency" else AutoPlanner().batches
+            strategy = planner_for_inputs(strategy, inputs)
+        else:
+            takes = [name for name in PLANNERS if plans_for_inputs(name)]
             raise ChipletTargetError(
-                f"target option objective={chiplet_target.options['objective']!r} chooses among "
-                f"the candidates of strategy 'auto', but the strategy is {strategy!r}; add "
-                "-strategy=auto (--target-chiplet-strategy auto) or drop the objective"
+                f"target option objective={objective!r} applies to strategy 'auto' (every "
+                f"objective) and, with {', '.join(INPUT_OBJECTIVES)}, to the strategies that "
+                f"plan for a number of inputs ({', '.join(takes)}); the strategy is "
+                f"{strategy!r}: add -strategy=auto (--target-chiplet-strategy auto) or drop "
+                "the objective"
             )
-        strategy = AutoPlanner(objective=chiplet_target.options["objective"])
     started = time.perf_counter()
     import_notes: list[str] = []
 

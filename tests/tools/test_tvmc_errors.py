@@ -156,3 +156,14 @@ def test_failed_export_leaves_no_partial_file(cnn, tmp_path, capsys):
                          "-o", target_dir / "m.tar"], capsys)
     assert code == 2 and "missing-dir" in err
     assert not leftovers(tmp_path)
+
+
+@pytest.mark.parametrize(("strategy", "objective"), [("tensor-parallel", "energy"),
+                                                     ("single", "time")])
+def test_an_objective_the_strategy_cannot_take_names_both(cnn, tmp_path, capsys, strategy,
+                                                          objective):
+    code, err = run_cli(["compile", cnn[0], "--target", "chiplet/mesh-4x4",
+                         "--target-chiplet-strategy", strategy, "--objective", objective,
+                         "-o", tmp_path / "m.tar"], capsys)
+    assert code == 2 and f"objective={objective!r}" in err and repr(strategy) in err
+    assert "tensor-parallel" in err and not (tmp_path / "m.tar").exists()
