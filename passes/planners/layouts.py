@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
+import networkx as nx
 import numpy as np
 
 from tvm_chiplet.passes.planners.base import PlanningProblem
@@ -107,15 +108,14 @@ def allocation_groups(topology: Topology, clusters: Sequence[int] | None = None
     return [tuple(order[:k]) for k in sizes]
 
 
-def _adjacency(topology: Topology, members: Sequence[int]) -> dict[int, set[int]]:
-    """Clusters of ``members`` joined by a live link (either way) to each member."""
+def _links(topology: Topology, members: Sequence[int]) -> nx.Graph:
+    """``members`` joined where a live link (either way) joins two of them."""
     inside = set(members)
-    adjacent: dict[int, set[int]] = {c: set() for c in members}
-    for link in topology.system.links:
-        if link.src in inside and link.dst in inside and link.src != link.dst:
-            adjacent[link.src].add(link.dst)
-            adjacent[link.dst].add(link.src)
-    return adjacent
+    graph = nx.Graph()
+    graph.add_nodes_from(members)
+    graph.add_edges_from((link.src, link.dst) for link in topology.system.links
+                         if link.src in inside and link.dst in inside and link.src != link.dst)
+    return graph
 
 
 def connected_order(topology: Topology, order: Sequence[int]) -> list[int]:
@@ -124,12 +124,12 @@ def connected_order(topology: Topology, order: Sequence[int]) -> list[int]:
     that is the order itself; around dead chiplets and links the prefixes stay connected
     groups. Clusters that the links among ``order`` cannot reach come last."""
     rank = {c: i for i, c in enumerate(order)}
-    adjacent = _adjacency(topology, order)
+    graph = _links(topology, order)
     frontier, seen, out = [(0, order[0])] if order else [], set(order[:1]), []
     while frontier:
         _, cluster = heapq.heappop(frontier)
         out.append(cluster)
-        for other in adjacent[cluster] - seen:
+        for other in set(graph[cluster]) - seen:
             seen.add(other)
             heapq.heappush(frontier, (rank[other], other))
     return out + [c for c in order if c not in seen]
@@ -147,24 +147,14 @@ def _region(topology: Topology, members: Sequence[int]) -> list[int]:
 
 
 def group_islands(topology: Topology, members: Sequence[int]) -> list[list[int]]:
-    """``members`` in the parts that the links of their sub-mesh join (one when connected):
-    the sub-mesh is every live cluster in the bounding rectangle of the members' chiplets, so
-    only dead chiplets, clusters or links can cut a group."""
-    region = _region(topology, members)
-    adjacent, islands, seen = _adjacency(topology, region), [], set()
-    for start in members:
-        if start in seen:
-            continue
-        island, stack = [], [start]
-        seen.add(start)
-        while stack:
-            cluster = stack.pop()
-            island.append(cluster)
-            for other in adjacent[cluster] - seen:
-                seen.add(other)
-                stack.append(other)
-        islands.append(sorted(c for c in island if c in set(members)))
-    return islands
+    """``members`` in the parts that the links of their sub-mesh join (one when connected),
+    in the order of their first member: the sub-mesh is every live cluster in the bounding
+    rectangle of the members' chiplets, so only dead chiplets, clusters or links can cut a
+    group."""
+    first = {c: i for i, c in reversed(list(enumerate(members)))}
+    parts = [sorted(part & first.keys()) for part in
+             nx.connected_components(_links(topology, _region(topology, members)))]
+    return sorted((part for part in parts if part), key=lambda part: min(first[c] for c in part))
 
 
 def check_groups(topology: Topology, splits) -> None:
@@ -175,7 +165,7 @@ def check_groups(topology: Topology, splits) -> None:
     system = topology.system
     for split in splits:
         members = list(split.clusters)
-        repeated = sorted({c for c in members if members.count(c) > 1})
+        repeated = sorted(c for c, n in Counter(members).items() if n > 1)
         if repeated:
             raise PlanningError(
                 f"the split of op {split.op_id} lists clusters {repeated} more than once "
