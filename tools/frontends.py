@@ -85,7 +85,8 @@ def load_onnx(path_or_model: str | os.PathLike | onnx.ModelProto) -> onnx.ModelP
     return model
 
 
-def _graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """The model's inputs that are not initializers: what a user feeds."""
     initializers = {init.name for init in model.graph.initializer}
     return [i for i in model.graph.input if i.name not in initializers]
 
@@ -107,7 +108,7 @@ def onnx_to_relax(
     which fallback was taken.
     """
     input_shapes = dict(input_shapes or {})
-    names = [i.name for i in _graph_inputs(model)]
+    names = [i.name for i in graph_inputs(model)]
     unknown = sorted(set(input_shapes) - set(names))
     if unknown:
         raise ModelLoadError(
@@ -150,7 +151,7 @@ def _specialise(mod: tvm.IRModule, model: onnx.ModelProto, input_shapes: dict[st
     another static size, or two sizes for one symbolic dim.
     """
     binding: dict[tvm.tirx.Var, int] = {}
-    names = [value.name for value in _graph_inputs(model)]
+    names = [value.name for value in graph_inputs(model)]
     params = mod["main"].params
     if len(names) != len(params):
         raise ModelLoadError(f"{source} has inputs {names} but TVM's import of it takes "
@@ -199,7 +200,7 @@ them."""
 
 
 def _with_onnx_input_names(mod: tvm.IRModule, model: onnx.ModelProto) -> tvm.IRModule:
-    names = [value.name for value in _graph_inputs(model)]
+    names = [value.name for value in graph_inputs(model)]
     params = [param.name for param in mod["main"].params]
     if len(names) != len(params) or names == params:
         return mod
@@ -220,7 +221,7 @@ def _complete_input_dtypes(mod: tvm.IRModule, model: onnx.ModelProto) -> tvm.IRM
     """``mod`` with the dtype of every input that TVM's importer leaves open (an ONNX optional
     tensor input) taken from the model, so that run inputs are checked against it."""
     declared = {}
-    for value in _graph_inputs(model):
+    for value in graph_inputs(model):
         ty = value.type.optional_type.elem_type if value.type.HasField("optional_type") \
             else value.type
         if ty.HasField("tensor_type") and ty.tensor_type.elem_type:
@@ -348,7 +349,7 @@ def describe_inputs(model: str | os.PathLike | onnx.ModelProto) -> list[tuple[st
     """``(name, dtype, dims)`` of each input of an ONNX model, as ``--input-shapes`` takes them:
     a dim is an int, the name of a symbolic dim, or ``"?"`` when the model leaves it open."""
     described = []
-    for value in _graph_inputs(load_onnx(model)):
+    for value in graph_inputs(load_onnx(model)):
         tensor = value.type.tensor_type
         dtype = (onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type).name
                  if tensor.elem_type else "?")

@@ -47,6 +47,7 @@ from tvm_chiplet.tools.bench.conformance import (
     run_plain,
 )
 from tvm_chiplet.tools.bench.tables import markdown_table, write_csv
+from tvm_chiplet.tools.frontends import graph_inputs
 
 DEFAULT_CACHE = os.path.join("~", ".cache", "tvm-chiplet", "trained")
 DEFAULT_RTOL = 1e-4
@@ -172,16 +173,11 @@ def fetch(model: TrainedModel, cache: str, progress=print) -> str:
     return path
 
 
-def _graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
-    initializers = {init.name for init in model.graph.initializer}
-    return [value for value in model.graph.input if value.name not in initializers]
-
-
 def defaulted_dims(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> str:
     """The symbolic (or open) dims of the model's inputs and the sizes ``shapes`` gives them,
     e.g. ``"image_width=256"``; ``"?"`` names a dim the model leaves unnamed."""
     given = {}
-    for value in _graph_inputs(model):
+    for value in graph_inputs(model):
         dims = value.type.tensor_type.shape.dim
         for dim, size in zip(dims, shapes.get(value.name, []), strict=False):
             if not dim.HasField("dim_value") or dim.dim_value <= 0:
@@ -209,10 +205,10 @@ def random_inputs(case: Case, model: onnx.ModelProto) -> list[np.ndarray]:
     (integers in ``[0, int_high)``, floats in ``[-1, 1)``, booleans) from ``case.seed``."""
     rng = np.random.default_rng(case.seed)
     inputs = []
-    for value in _graph_inputs(model):
+    for value in graph_inputs(model):
         if value.name not in case.shapes:
             raise ValueError(f"{case.name}: no shape for input {value.name!r}; the model has "
-                             f"inputs {[v.name for v in _graph_inputs(model)]}")
+                             f"inputs {[v.name for v in graph_inputs(model)]}")
         shape = case.shapes[value.name]
         dtype = onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)
         if value.name in case.values:
@@ -255,7 +251,7 @@ def measure(case: Case, path: str, target: str = DEFAULT_TARGET,
     started = time.monotonic()
     model = case.load()
     inputs = random_inputs(case, model)
-    names = [value.name for value in _graph_inputs(model)]
+    names = [value.name for value in graph_inputs(model)]
     result = {"status": "", "max_rel_err": None, "scale": None, "error": "", "notes": ""}
     try:
         session = ort.InferenceSession(model.SerializeToString(),
