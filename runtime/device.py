@@ -21,6 +21,7 @@ from tvm_chiplet.targets.cost_model import static_energy_pj
 from tvm_chiplet.targets.routing import RoutingTables
 from tvm_chiplet.targets.system import ChipletSystem
 from tvm_chiplet.targets.topology import Topology
+from tvm_chiplet.targets.workload import fetch_source
 
 ENERGY_TERMS = ("compute", "sram", "noc", "nop", "dram", "static")
 """The parts of :attr:`Energy.per_inference_pj`: MACs, SRAM accesses, on-chip and die-to-die
@@ -238,8 +239,7 @@ def _routed(tasks: list[dict], messages: list[dict], fetches: list[dict],
         routed.append(message)
     walked = []
     for fetch in fetches:
-        source = fetch["lender"] if fetch.get("dram") is None \
-            else system.drams[fetch["dram"]].node
+        source = fetch_source(fetch, system)
         walked.append({**fetch, "route": routing.route(source, fetch["cluster"])})
     return routed, walked
 

@@ -37,6 +37,7 @@ import numpy as np
 
 from tvm_chiplet.targets.routing import RoutingTables
 from tvm_chiplet.targets.system import ChipletSystem
+from tvm_chiplet.targets.workload import fetch_source
 
 PARTS = ("compute", "intra_op", "inter_op", "contention", "dram")
 
@@ -109,8 +110,7 @@ def estimate_cost(tasks: list[dict], messages: list[dict], fetches: list[dict],
             load["all"][link] += nbytes / bandwidth[link]
     dram: dict[int, float] = defaultdict(float)
     for fetch in fetches:
-        source = fetch["lender"] if fetch.get("dram") is None \
-            else system.drams[fetch["dram"]].node
+        source = fetch_source(fetch, system)
         for link in routing.route(source, fetch["cluster"]):
             load["all"][link] += fetch["bytes"] / bandwidth[link]
         if fetch.get("dram") is not None:

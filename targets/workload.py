@@ -214,6 +214,12 @@ def check_loans(items: Sequence[WorkItem], system: ChipletSystem,
     return by_borrower
 
 
+def fetch_source(fetch: dict, system: ChipletSystem) -> int:
+    """The network node a fetch of :func:`build_workload` comes from: its DRAM controller's
+    node, or the lending cluster."""
+    return fetch["lender"] if fetch.get("dram") is None else system.drams[fetch["dram"]].node
+
+
 def build_workload(
     items: Sequence[WorkItem], system: ChipletSystem, topology: Topology | None = None,
     dram_policy: str = "interleave", dram_shares: Sequence[tuple[int, int, float]] = (),

@@ -36,7 +36,7 @@ from tvm_chiplet.passes.planners.pipeline_planner import PipelinePlanner
 from tvm_chiplet.passes.planners.placement import OpSplit, Placement, PlanningError
 from tvm_chiplet.targets.cost_estimate import estimate_cost
 from tvm_chiplet.targets.routing import routing_tables
-from tvm_chiplet.targets.workload import build_workload, replicate_loans
+from tvm_chiplet.targets.workload import build_workload, fetch_source, replicate_loans
 
 
 class FaultAwarePlanner:
@@ -119,8 +119,7 @@ def _traffic(problem: PlanningProblem, placement: Placement):
             pairs[a, b] += message["bytes"]
     fixed: dict[tuple[int, int], float] = defaultdict(float)
     for fetch in fetches:
-        source = fetch["lender"] if fetch.get("dram") is None \
-            else problem.system.drams[fetch["dram"]].node
+        source = fetch_source(fetch, problem.system)
         fixed[source, fetch["cluster"]] += fetch["bytes"]
     return dict(pairs), dict(fixed)
 
