@@ -61,7 +61,12 @@ class RoutingTables:
 
     def route(self, src: int, dst: int) -> list[int]:
         """Link ids from router ``src`` to router ``dst``, by walking the tables."""
-        route, node, vc = [], src, 0
+        return [link for link, _ in self.route_classes(src, dst)]
+
+    def route_classes(self, src: int, dst: int) -> list[tuple[int, int]]:
+        """``(link, class)`` of every hop from ``src`` to ``dst``: the channels a packet holds,
+        by walking the tables."""
+        hops, node, vc = [], src, 0
         while node != dst:
             hop = self.entries.get((node, dst, vc))
             if hop is None:
@@ -70,20 +75,11 @@ class RoutingTables:
                     f"entry for destination {self.names[dst]!r} in VC class {vc}; rebuild the "
                     "artifact (tvmc compile)")
             link, vc = hop
-            route.append(link)
-            node = self.links[link][1]
-            if len(route) > len(self.links):
-                raise ValueError(f"routing tables of {self.system_name!r} loop between "
-                                 f"{self.names[src]!r} and {self.names[dst]!r}")
-        return route
-
-    def route_classes(self, src: int, dst: int) -> list[tuple[int, int]]:
-        """``(link, class)`` of every hop from ``src`` to ``dst``: the channels a packet holds."""
-        hops, node, vc = [], src, 0
-        while node != dst:
-            link, vc = self.entries[(node, dst, vc)]
             hops.append((link, vc))
             node = self.links[link][1]
+            if len(hops) > len(self.links):
+                raise ValueError(f"routing tables of {self.system_name!r} loop between "
+                                 f"{self.names[src]!r} and {self.names[dst]!r}")
         return hops
 
     def router_entries(self, router: int) -> list[tuple[int, int, int, int]]:
