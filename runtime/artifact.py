@@ -17,12 +17,11 @@ from tvm import relax
 
 from tvm_chiplet.runtime.files import atomic_write
 from tvm_chiplet.targets.faults import (
+    add_random_faults,
     dead_parts,
-    parse_fault_counts,
-    parse_faults,
+    fault_table,
     with_faults,
 )
-from tvm_chiplet.targets.faults import random_faults as random_faults_of
 from tvm_chiplet.targets.routing import RoutingTables, routing_tables
 from tvm_chiplet.targets.system import ChipletSystem
 
@@ -161,16 +160,12 @@ class ChipletModule:
             ``tvmc compile --faults`` text to recompile with.
         """
         compiled = (self.plan.get("faults") or {}).get("dead", {})
-        table = _fault_table(faults) if faults else {}
+        table = fault_table(faults) if faults else {}
         new = {kind: [i for i in items if i not in compiled.get(kind, [])]
                for kind, items in table.items()}
         new = {kind: items for kind, items in new.items() if items}
         if random_faults:
-            counts = (parse_fault_counts(random_faults) if isinstance(random_faults, str)
-                      else dict(random_faults))
-            named = with_faults(self.system, new)[0] if new else self.system
-            for kind, items in random_faults_of(named, seed=seed, **counts).items():
-                new[kind] = [*new.get(kind, []), *items]
+            new, _ = add_random_faults(self.system, new, random_faults, seed)
         if not new:
             return ""
         faulty, notes = with_faults(self.system, new)
@@ -226,12 +221,6 @@ def _fault_text(table: dict[str, list]) -> str:
     """``tvmc --faults`` text for a ``[faults]`` table: ``"x1y1,x0y0.k3,x0y0:x1y0"``."""
     return ",".join(":".join(item) if isinstance(item, list) else item
                     for items in table.values() for item in items)
-
-
-def _fault_table(faults: dict | str) -> dict[str, list]:
-    if isinstance(faults, str):
-        return parse_faults(faults)
-    return {kind: list(items) for kind, items in faults.items() if items}
 
 
 def load_module(path: str | os.PathLike) -> ChipletModule:

@@ -74,7 +74,9 @@ def parse_fault_counts(text: str) -> dict[str, int]:
     return counts
 
 
-def _as_table(faults: Mapping[str, Any] | str) -> dict[str, list]:
+def fault_table(faults: Mapping[str, Any] | str) -> dict[str, list]:
+    """A ``[faults]`` table from ``--faults`` text or a table: kinds checked, empty ones
+    dropped."""
     if isinstance(faults, str):
         return parse_faults(faults)
     unknown = sorted(set(faults) - set(FAULT_KINDS))
@@ -108,7 +110,7 @@ def with_faults(system: ChipletSystem, faults: Mapping[str, Any] | str
         For a name that does not exist, faults that kill every cluster or DRAM controller, or
         that split the system into islands (the message names them).
     """
-    table = _as_table(faults)
+    table = fault_table(faults)
     data = system.to_dict()
     data.pop("calibration", None)
     data["faults"] = table
@@ -206,3 +208,18 @@ def _survives(system: ChipletSystem, dead: set[str], dead_links: set[tuple[str, 
 
 __all__ = ["FAULT_KINDS", "dead_parts", "parse_fault_counts", "parse_faults", "random_faults",
            "with_faults"]
+
+
+def add_random_faults(system: ChipletSystem, table: Mapping[str, list],
+                      counts: Mapping[str, int] | str, seed: int
+                      ) -> tuple[dict[str, list], dict[str, Any]]:
+    """``table`` plus parts drawn by :func:`random_faults` (``counts`` as a mapping or
+    ``--random-faults`` text) on ``system`` with ``table``'s parts already dead, and the record
+    of the draw: ``{"counts", "seed", "drawn"}``."""
+    counts = parse_fault_counts(counts) if isinstance(counts, str) else dict(counts)
+    named = with_faults(system, table)[0] if table else system
+    drawn = random_faults(named, seed=seed, **counts)
+    merged = {kind: list(items) for kind, items in table.items()}
+    for kind, items in drawn.items():
+        merged[kind] = [*merged.get(kind, []), *items]
+    return merged, {"counts": counts, "seed": seed, "drawn": drawn}

@@ -33,8 +33,7 @@ from tvm_chiplet.passes.reduce_graph import ReduceGraph
 from tvm_chiplet.runtime.artifact import ChipletModule
 from tvm_chiplet.runtime.device import DeviceSimResult, simulate_plan, simulate_workload
 from tvm_chiplet.targets.cost_estimate import plan_cost
-from tvm_chiplet.targets.faults import parse_fault_counts, parse_faults, with_faults
-from tvm_chiplet.targets.faults import random_faults as random_faults_of
+from tvm_chiplet.targets.faults import add_random_faults, fault_table, with_faults
 from tvm_chiplet.targets.routing import RoutingTables, routing_tables
 from tvm_chiplet.targets.system import ChipletSystem
 from tvm_chiplet.targets.target import ChipletTarget, ChipletTargetError, parse_target
@@ -121,17 +120,10 @@ def _apply_faults(target: ChipletTarget, faults: dict | str | None,
     them for ``plan.json``: the healthy system, the dead parts, notes (DRAM controllers lost),
     the surviving share of compute."""
     healthy = target.system
-    table = parse_faults(faults) if isinstance(faults, str) else {
-        kind: list(items) for kind, items in (faults or {}).items()}
+    table = fault_table(faults) if faults else {}
     random_record = None
     if random_faults:
-        counts = (parse_fault_counts(random_faults) if isinstance(random_faults, str)
-                  else dict(random_faults))
-        named = with_faults(healthy, table)[0] if table else healthy
-        drawn = random_faults_of(named, seed=seed, **counts)
-        for kind, items in drawn.items():
-            table[kind] = [*table.get(kind, []), *items]
-        random_record = {"counts": counts, "seed": seed, "drawn": drawn}
+        table, random_record = add_random_faults(healthy, table, random_faults, seed)
     faulty, notes = with_faults(healthy, table)
     record = {
         "healthy_system": healthy.name,
