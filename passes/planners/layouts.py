@@ -20,6 +20,9 @@ busiest link of its messages on the system's routes: all-gather (ring or direct,
 replicate), scatter, gather, reduce-scatter and all-to-all.
 
 Groups are the :func:`allocation_groups` of a system: nested 2-D sub-meshes of its cluster grid.
+A pipeline over 2-D regions (:class:`LayoutCosts` with ``tiles``) has the nested groups of each
+tile; a value moving between tiles is costed as the point-to-point messages DistributeTensors
+sends between the two groups' members, on the busiest link of their routes.
 """
 
 from __future__ import annotations
@@ -183,6 +186,13 @@ def check_groups(topology: Topology, splits) -> None:
             )
 
 
+def link_rate(system, link: int) -> float:
+    """Bytes per cycle the flow network gives ``link`` (its kind's calibrated efficiency)."""
+    calibration = system.calibration
+    kind = system.links[link].kind
+    return system.links[link].bandwidth * (calibration.factor(kind) if calibration else 1.0)
+
+
 class _Group:
     """Per-byte times of a group's collectives: the busiest link's load over its bandwidth."""
 
@@ -194,13 +204,8 @@ class _Group:
         self.slowest = min((system.clusters[c] for c in members),
                            key=lambda c: (c.macs_per_cycle, c.local_bandwidth, c.id))
 
-        calibration = system.calibration
-
         def rate(link: int) -> float:
-            """Bytes per cycle the flow network gives ``link`` (its calibrated efficiency)."""
-            kind = system.links[link].kind
-            return system.links[link].bandwidth * (calibration.factor(kind) if calibration
-                                                   else 1.0)
+            return link_rate(system, link)
 
         def worst(loads: Counter) -> float:
             return max((n / rate(link) for link, n in loads.items()), default=0.0)
@@ -240,15 +245,28 @@ class LayoutCosts:
     """Estimated cycles of splitting ops over :func:`allocation_groups` and of moving values
     between layouts on ``problem``'s system (see the module docstring).
 
-    ``clusters`` restricts the groups to those clusters (a tile of the grid); ``dram_share``
-    is the fraction of the DRAM controllers' bandwidth the ops get (``1 / R`` when ``R`` copies
-    of the plan stream at once)."""
+    ``clusters`` restricts the groups to those clusters (a tile of the grid); ``tiles`` gives
+    several disjoint tiles (the regions of a pipeline's stages), each with its own nested
+    groups: those of tile ``t`` are :attr:`groups` ``[first[t]:first[t + 1]]``, and
+    :attr:`tile_of` maps a group to its tile. ``dram_share`` is the fraction of the DRAM
+    controllers' bandwidth the ops get (``1 / R`` when ``R`` copies of the plan, or ``R``
+    stages, stream at once)."""
 
     def __init__(self, problem: PlanningProblem, clusters: Sequence[int] | None = None,
-                 dram_share: float = 1.0) -> None:
+                 dram_share: float = 1.0, tiles: Sequence[Sequence[int]] | None = None
+                 ) -> None:
+        if tiles is not None and clusters is not None:
+            raise ValueError("give clusters (one tile) or tiles, not both")
         self.problem = problem
-        self.groups = [_Group(problem.topology, g)
-                       for g in allocation_groups(problem.topology, clusters)]
+        self.groups: list[_Group] = []
+        self.tile_of: list[int] = []
+        self.first: list[int] = []
+        for t, tile in enumerate(tiles if tiles is not None else [clusters]):
+            self.first.append(len(self.groups))
+            for members in allocation_groups(problem.topology, tile):
+                self.groups.append(_Group(problem.topology, members))
+                self.tile_of.append(t)
+        self.first.append(len(self.groups))
         self._per_byte: dict[tuple[Layout, Layout], tuple[float, float]] = {}
         system = problem.system
         efficiency = system.calibration.factor("dram") if system.calibration else 1.0
@@ -273,6 +291,14 @@ class LayoutCosts:
             frontier = nxt
         return "channels"
 
+    def home(self, tile: int = 0) -> Layout:
+        """A value whole on ``tile``'s first cluster (the first of all its groups)."""
+        return Layout("whole", self.first[tile])
+
+    def tile_groups(self, tile: int) -> range:
+        """Indices of ``tile``'s groups, smallest first."""
+        return range(self.first[tile], self.first[tile + 1])
+
     def move(self, src: Layout, need: Layout, nbytes: float) -> float:
         """Cycles to turn a value of ``nbytes`` laid out as ``src`` into ``need``."""
         if nbytes <= 0 or src.kind == "free" or src == need:
@@ -285,6 +311,8 @@ class LayoutCosts:
 
     def _collective(self, src: Layout, need: Layout) -> tuple[float, float]:
         """(cycles per byte of the value, latency) of the collective from ``src`` to ``need``."""
+        if self.tile_of[src.group] != self.tile_of[need.group]:
+            return self._between_tiles(src, need)
         big = self.groups[max(src.group, need.group)]
         k = big.size
         if need.kind == "replicated" and src.kind == "replicated" and src.group >= need.group:
@@ -313,6 +341,42 @@ class LayoutCosts:
         if src.group == need.group and src.axis == need.axis:
             return 0.0, 0.0
         return big.direct / (k * k), big.latency  # all-to-all
+
+    def _between_tiles(self, src: Layout, need: Layout) -> tuple[float, float]:
+        """(cycles per byte, latency) of moving a value between groups of different tiles as
+        DistributeTensors does it: every part of ``need`` fetches its share from the members of
+        ``src`` that hold it, point to point (a replicated source serves each reader from one
+        of its members in turn)."""
+        topology = self.problem.topology
+        senders = self.groups[src.group].members
+        readers = self.groups[need.group].members
+        if src.kind == "whole":
+            senders = senders[:1]
+        if need.kind == "whole":
+            readers = readers[:1]
+        a, b = len(senders), len(readers)
+        share = {"replicated": 1.0, "whole": 1.0, "sharded": 1.0 / b}[need.kind]
+        pairs: list[tuple[int, int, float]] = []
+        for j, dst in enumerate(readers):
+            if src.kind in ("whole", "replicated"):
+                pairs.append((senders[j % a], dst, share))
+            elif src.kind == "partial":  # each reader sums every partial of its share
+                pairs += [(s, dst, share) for s in senders]
+            elif need.kind == "sharded" and need.axis == src.axis:  # overlapping slices
+                pairs += [(s, dst, overlap) for i, s in enumerate(senders)
+                          if (overlap := min((i + 1) / a, (j + 1) / b) - max(i / a, j / b)) > 0]
+            else:
+                pairs += [(s, dst, share / a) for s in senders]
+        loads: Counter = Counter()
+        latency = 0.0
+        for s, dst, fraction in pairs:
+            if s != dst:
+                for link in topology.route(s, dst):
+                    loads[link] += fraction
+                latency = max(latency, topology.route_latency(s, dst))
+        system = self.problem.system
+        return max((n / link_rate(system, link) for link, n in loads.items()),
+                   default=0.0), latency
 
     def compute(self, op, group: int, parts: int, dim: str | None, weights_on: np.ndarray
                 ) -> float:
@@ -347,14 +411,32 @@ def plan_cost(costs: LayoutCosts, choice: dict[int, tuple[str, int] | None]) -> 
     """Estimated cycles of running ``problem``'s ops one after another with the split ops of
     ``choice`` (op -> (dim, group) or None for whole), every other op following its input's
     layout where it can (:func:`breaks`), values redistributed where layouts differ, and the
-    model's outputs gathered on the first cluster."""
+    model's outputs gathered on their group's first cluster."""
+    return float(tile_costs(costs, choice).sum())
+
+
+def tile_costs(costs: LayoutCosts, choice: dict[int, tuple[str, int] | None],
+               stage_of: Sequence[int] | None = None) -> np.ndarray:
+    """:func:`plan_cost`'s cycles for each tile of ``costs``: an op's compute counts on the
+    tile it runs on, a redistribution on the tile that receives it. ``stage_of`` gives each op
+    its stage (= tile; default 0): an op that runs whole (``choice`` None, or one that cannot
+    follow its input) runs on its stage's first cluster. Their sum is one input's latency;
+    with one stage per tile, their largest is a pipeline's bottleneck."""
     problem = costs.problem
     graph = problem.graph.graph
     ops = problem.graph.ops
     layout: dict[int, Layout] = {}
     weights_on = np.zeros(problem.system.num_clusters)
-    total = 0.0
+    total = np.zeros(len(costs.first) - 1)
+
+    def move(src: Layout, need: Layout, nbytes: float) -> None:
+        total[costs.tile_of[need.group]] += costs.move(src, need, nbytes)
+
+    def run(op, group: int, parts: int, dim: str | None) -> None:
+        total[costs.tile_of[group]] += costs.compute(op, group, parts, dim, weights_on)
+
     for op in ops:
+        home = costs.home(stage_of[op.op_id] if stage_of is not None else 0)
         preds = [(p, graph.edges[p, op.op_id]["nbytes"]) for p in sorted(graph.predecessors(
             op.op_id))]
         if not op.is_compute:
@@ -364,8 +446,8 @@ def plan_cost(costs: LayoutCosts, choice: dict[int, tuple[str, int] | None]) -> 
             chosen = choice[op.op_id]
             data = max(preds, key=lambda e: (e[1], -e[0]))[0] if preds else None
             if chosen is None:
-                need = out = HOME
-                group, parts, dim = 0, 1, None
+                need = out = home
+                group, parts, dim = home.group, 1, None
             else:
                 dim, group = chosen
                 parts = costs.groups[group].size
@@ -378,9 +460,9 @@ def plan_cost(costs: LayoutCosts, choice: dict[int, tuple[str, int] | None]) -> 
                     need = out = Layout("sharded", group, axis)
             for p, nbytes in preds:
                 want = need if p == data else (Layout("replicated", group) if parts > 1
-                                               else HOME)
-                total += costs.move(layout[p], want, nbytes)
-            total += costs.compute(op, group, parts, dim, weights_on)
+                                               else need)
+                move(layout[p], want, nbytes)
+            run(op, group, parts, dim)
             layout[op.op_id] = out
             continue
         spread = [(nbytes, -p) for p, nbytes in preds
@@ -391,13 +473,15 @@ def plan_cost(costs: LayoutCosts, choice: dict[int, tuple[str, int] | None]) -> 
         else:
             follow = source
         if follow is None or breaks(op.name, follow.axis):
-            follow, parts = HOME, 1
+            follow, parts = home, 1
         else:
             parts = costs.groups[follow.group].size
         for p, nbytes in preds:
-            total += costs.move(layout[p], follow, nbytes)
-        total += costs.compute(op, follow.group, parts, None, weights_on)
+            move(layout[p], follow, nbytes)
+        run(op, follow.group, parts, None)
         layout[op.op_id] = follow
     for out in problem.graph.output_ops:
-        total += costs.move(layout.get(out, FREE), HOME, ops[out].output_bytes)
+        where = layout.get(out, FREE)
+        if where.kind != "free":
+            move(where, costs.home(costs.tile_of[where.group]), ops[out].output_bytes)
     return total

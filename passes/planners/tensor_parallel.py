@@ -10,10 +10,14 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
+
 from tvm_chiplet.passes.planners.base import PlanningProblem
 from tvm_chiplet.passes.planners.dram import fastest_dram
-from tvm_chiplet.passes.planners.layouts import LayoutCosts, plan_cost
+from tvm_chiplet.passes.planners.layouts import Layout, LayoutCosts, tile_costs
+from tvm_chiplet.passes.planners.partition import min_bottleneck_partition
 from tvm_chiplet.passes.planners.placement import OpSplit, Placement, PlanningError
+from tvm_chiplet.targets.workload import STREAM_BUFFER_FRACTION
 
 
 def _require_split_dims(problem: PlanningProblem, strategy: str) -> None:
@@ -83,23 +87,29 @@ class TensorParallelPlanner:
 
     def plan(self, problem: PlanningProblem) -> Placement:
         _require_split_dims(problem, self.name)
-        best = self._plan_on(problem, None, 1)
-        tried = {1: best.objective_cycles * self.batches}
-        for copies in range(2, min(problem.system.num_clusters, self.batches) + 1):
-            tilings = problem.topology.tilings(copies)
+        inputs = self.batches
+        best = self._plan_on(problem, [None])
+        tried = {"1": best.objective_cycles}
+        for count in range(2, min(problem.system.num_clusters, max(inputs, 1 + STAGES)) + 1):
+            tilings = problem.topology.tilings(count)
             if not tilings:
                 continue
             tiles = tilings[0]
-            base = self._plan_on(problem, tiles[0], copies)
-            tried[copies] = base.objective_cycles * math.ceil(self.batches / copies)
-            if tried[copies] < min(v for r, v in tried.items() if r != copies):
+            candidates = []
+            if count <= inputs:  # copies of a plan on one tile, each running every R-th input
+                base = self._plan_on(problem, [tiles[0]], copies=count)
                 position = {c: i for i, c in enumerate(tiles[0])}
-                used = base.clusters_used()
-                replicas = tuple(tuple((c, tile[position[c]]) for c in used)
+                replicas = tuple(tuple((c, tile[position[c]]) for c in base.clusters_used())
                                  for tile in tiles[1:])
-                best = dataclasses.replace(base, replicas=replicas)
-        notes = {**best.notes, "copies": best.copies,
-                 "copies_estimated_cycles": {str(r): v for r, v in tried.items()}}
+                candidates.append((f"{count}", dataclasses.replace(base, replicas=replicas)))
+            if count <= STAGES and len(tiles[0]) >= 2:  # a pipeline, one stage per tile
+                candidates.append((f"{count} stages",
+                                   self._plan_on(problem, snake_tiles(problem, tiles))))
+            for key, cand in candidates:
+                tried[key] = cand.objective_cycles
+                if cand.objective_cycles < best.objective_cycles:
+                    best = cand
+        notes = {**best.notes, "copies": best.copies, "estimated_cycles": tried}
         best = dataclasses.replace(best, notes=notes)
         if problem.simulator is not None and problem.realise is not None:
             # Where the streamed weights live, judged on the realised module: the parts of a
@@ -107,16 +117,28 @@ class TensorParallelPlanner:
             best, _ = fastest_dram(problem, best, self.batches, as_built=True, nearest=True)
         return best
 
-    def _plan_on(self, problem: PlanningProblem, clusters: list[int] | None, copies: int
+    def _plan_on(self, problem: PlanningProblem, tiles: list[list[int] | None], copies: int = 1
                  ) -> Placement:
-        """The local search over the sub-meshes of ``clusters`` (default: all), with ``1 /
-        copies`` of the DRAM bandwidth."""
-        costs = LayoutCosts(problem, clusters, dram_share=1.0 / copies)
-        limit = self.max_parts
-        options = {op_id: self._options(costs, dims, limit)
+        """The local search over the sub-meshes of ``tiles`` (one stage per tile; ``[None]``:
+        one stage on every cluster), with ``1 / copies`` of the DRAM bandwidth for each copy
+        and ``1 / stages`` for each stage. Its objective: the estimated cycles of the planner's
+        inputs, one after another on each of ``copies`` copies, pipelined over the stages."""
+        stages = len(tiles)
+        share = 1.0 / (copies * (stages if self.batches > 1 else 1))
+        costs = (LayoutCosts(problem, tiles[0], dram_share=share) if stages == 1 else
+                 LayoutCosts(problem, tiles=tiles, dram_share=share))
+        stage_of = stage_ops(problem, costs, self.max_parts) if stages > 1 else None
+        inputs = math.ceil(self.batches / copies)
+
+        def estimate(choice) -> float:
+            per_tile = tile_costs(costs, choice, stage_of)
+            return float(per_tile.sum() + (inputs - 1) * per_tile.max())
+
+        options = {op_id: self._options(costs, dims, costs.tile_groups(
+                       stage_of[op_id] if stage_of is not None else 0))
                    for op_id, dims in sorted(problem.split_dims.items())}
         choice = {op_id: opts[-1] for op_id, opts in options.items()}
-        best = plan_cost(costs, choice)
+        best = estimate(choice)
         sweeps = 0
         for sweeps in range(1, self.sweeps + 1):  # noqa: B007 (reported below)
             gained = False
@@ -126,7 +148,7 @@ class TensorParallelPlanner:
                     if option == kept:
                         continue
                     choice[op_id] = option
-                    cost = plan_cost(costs, choice)
+                    cost = estimate(choice)
                     if cost < best * (1 - 1e-9):
                         best, kept, gained = cost, option, True
                 choice[op_id] = kept
@@ -136,28 +158,30 @@ class TensorParallelPlanner:
         splits = tuple(OpSplit(op_id, dim, groups[group])
                        for op_id, option in choice.items() if option is not None
                        for dim, group in [option])
-        home = groups[0][0]
-        n = len(problem.graph.ops)
+        homes = tuple(groups[costs.first[t]][0] for t in range(stages))
+        op_stage = tuple(stage_of) if stage_of is not None else (0,) * len(problem.graph.ops)
+        notes = {"split_ops": len(splits), "sweeps": sweeps,
+                 "groups": sorted({len(s.clusters) for s in splits})}
+        if stages > 1:
+            notes["stages"] = stages
         return Placement(
             strategy=self.name,
-            op_cluster=(home,) * n,
-            op_stage=(0,) * n,
-            stage_clusters=(home,),
+            op_cluster=tuple(homes[s] for s in op_stage),
+            op_stage=op_stage,
+            stage_clusters=homes,
             objective_cycles=best,
-            notes={"split_ops": len(splits), "sweeps": sweeps,
-                   "groups": sorted({len(s.clusters) for s in splits})},
+            notes=notes,
             splits=splits,
         )
 
-    @staticmethod
-    def _options(costs: LayoutCosts, dims: dict[str, int], limit: int
+    def _options(self, costs: LayoutCosts, dims: dict[str, int], groups: range
                  ) -> list[tuple[str, int] | None]:
-        """Whole (None), then every (dim, group) the op's sizes allow; last: the
+        """Whole (None), then every (dim, group) of ``groups`` the op's sizes allow; last: the
         layer-sequential choice (the first weight dimension over the largest group)."""
         options: list[tuple[str, int] | None] = [None]
         for dim, size in dims.items():
-            for index, group in enumerate(costs.groups):
-                if 2 <= group.size <= min(size, limit):
+            for index in groups:
+                if 2 <= costs.groups[index].size <= min(size, self.max_parts):
                     options.append((dim, index))
         weight = next((d for d in LAYER_SEQUENTIAL_DIMS if d in dims), None)
         fits = [o for o in options if o is not None and o[0] == weight]
@@ -165,6 +189,65 @@ class TensorParallelPlanner:
             options.remove(fits[-1])
             options.append(fits[-1])
         return options
+
+
+def snake_tiles(problem: PlanningProblem, tiles: list[list[int]]) -> list[list[int]]:
+    """``tiles`` (congruent, as :meth:`~tvm_chiplet.targets.topology.Topology.tilings` cuts the
+    grid) in a snake over their positions, so that consecutive stages are neighbours."""
+    system = problem.system
+
+    def corner(tile: list[int]) -> tuple[int, int]:
+        spots = [system.chiplets[system.clusters[c].chiplet] for c in tile]
+        locals_ = [system.clusters[c] for c in tile]
+        return (min(ch.y for ch in spots), min(c.ly for c in locals_)), \
+            (min(ch.x for ch in spots), min(c.lx for c in locals_))
+
+    rows: dict = {}
+    for tile in tiles:
+        y, x = corner(tile)
+        rows.setdefault(y, []).append((x, tile))
+    ordered = []
+    for i, y in enumerate(sorted(rows)):
+        line = [tile for _, tile in sorted(rows[y], key=lambda e: e[0])]
+        ordered += line if i % 2 == 0 else line[::-1]
+    return ordered
+
+
+def stage_ops(problem: PlanningProblem, costs: LayoutCosts, max_parts: int) -> list[int]:
+    """The stage (tile of ``costs``) of every op: contiguous runs of ops that balance the
+    tiles' estimated work (:func:`~.partition.min_bottleneck_partition`), each op split over
+    its whole tile (at most ``max_parts`` parts, as its sizes allow) and every other op spread
+    with it; a stage whose weights overflow its tile's SRAM streams them at its share of the
+    DRAM bandwidth, and a stage receives the values crossing its cut from the tile before."""
+    ops = problem.graph.ops
+    stages = len(costs.first) - 1
+    size = costs.groups[costs.first[1] - 1].size
+    first = costs.groups[0].members[0]
+    parts = np.array([min(size, max_parts, max(problem.split_dims.get(op.op_id, {}).values(),
+                                                  default=size)) for op in ops], dtype=float)
+    cycles = problem.op_cycles[:, first] / parts
+    weights = np.array([op.weight_bytes for op in ops], dtype=float)
+    streamed = np.maximum(cycles, weights / costs.dram_rate)
+    tile = costs.groups[costs.first[1] - 1].members
+    sram = (1.0 - STREAM_BUFFER_FRACTION) * sum(problem.system.clusters[c].sram_bytes
+                                                for c in tile)
+    cut = problem.graph.cut_bytes()
+    boundary = np.zeros((stages, len(ops) + 1))
+    for t in range(1, stages):
+        src = Layout("sharded", costs.first[t] - 1, "channels")
+        dst = Layout("sharded", costs.first[t + 1] - 1, "rows")
+        boundary[t] = [costs.move(src, dst, nbytes) for nbytes in cut]
+    _, starts = min_bottleneck_partition(
+        np.repeat(cycles[:, None], stages, axis=1), boundary, stages,
+        np.repeat(streamed[:, None], stages, axis=1), weights, np.full(stages, sram))
+    stage_of = np.zeros(len(ops), dtype=int)
+    for index, start in enumerate(starts):
+        stage_of[start:] = index
+    return [int(s) for s in stage_of]
+
+
+STAGES = 16
+"""Most stages of a tensor-parallel pipeline (one 2-D region of the grid each)."""
 
 
 MAX_PARTS = 36

@@ -16,6 +16,7 @@ from tvm_chiplet.passes.planners.layouts import (
     grid_order,
     group_islands,
     plan_cost,
+    tile_costs,
 )
 from tvm_chiplet.passes.planners.placement import OpSplit, PlanningError
 from tvm_chiplet.targets.system_generators import mesh_system
@@ -86,6 +87,58 @@ def test_splitting_over_more_clusters_is_faster_for_heavy_ops():
     whole = {0: None, 1: None, 2: None}
     split = {0: ("out_channels", 4), 1: ("in_channels", 4), 2: ("out_channels", 4)}
     assert plan_cost(c, split) < 0.3 * plan_cost(c, whole)
+
+
+def halves():
+    """LayoutCosts over the two 8-cluster halves of mesh-4x4, and its topology."""
+    system = mesh_system(4, 4, bandwidth=32.0)
+    topology = Topology(system)
+    tiles = topology.tilings(2)[0]
+    return LayoutCosts(PlanningProblem(CHAIN, system, topology, DIMS), tiles=tiles), topology
+
+
+def test_each_tile_has_its_own_nested_groups():
+    c, topology = halves()
+    tiles = topology.tilings(2)[0]
+    for t, tile in enumerate(tiles):
+        groups = [c.groups[g].members for g in c.tile_groups(t)]
+        assert [len(g) for g in groups] == [1, 2, 4, 8]
+        assert set(groups[-1]) == set(tile)
+        assert all(set(a) <= set(b) for a, b in pairwise(groups))
+    assert c.home(1) == Layout("whole", c.first[1])
+
+
+def test_a_value_moving_between_tiles_is_costed_on_the_routes_between_their_members():
+    c, topology = halves()
+    a, b = c.groups[0].members[0], c.groups[c.first[1]].members[0]
+    # Whole to whole: one message on the route between the two first clusters.
+    assert c.move(c.home(0), c.home(1), 32_000) == pytest.approx(
+        1000 + topology.route_latency(a, b))
+    big0, big1 = c.first[1] - 1, c.first[2] - 1
+    sharded0 = Layout("sharded", big0, "channels")
+    # Slices that line up go part to part, spread over many routes; a replica needs all of them
+    # on every reader; funnelling the whole value through one cluster is the slowest.
+    aligned = c.move(sharded0, Layout("sharded", big1, "channels"), 1e6)
+    replicated = c.move(sharded0, Layout("replicated", big1), 1e6)
+    assert 0 < aligned < replicated
+    assert aligned < c.move(c.home(0), Layout("sharded", big1, "channels"), 1e6)
+    # Partial sums cost a reader its share of every part.
+    assert c.move(Layout("partial", big0), Layout("sharded", big1, "rows"), 1e6) > aligned
+
+
+def test_tile_costs_charge_each_op_to_the_tile_it_runs_on():
+    c, _ = halves()
+    big0, big1 = c.first[1] - 1, c.first[2] - 1
+    choice = {0: ("out_channels", big0), 1: ("in_channels", big0), 2: ("out_channels", big1)}
+    first, second = tile_costs(c, choice, stage_of=[0, 0, 1, 1])
+    assert first > 0 and second > 0
+    # Moving op 2 to the first tile moves its compute there.
+    moved = tile_costs(c, {**choice, 2: ("out_channels", big0)}, stage_of=[0, 0, 0, 0])
+    assert moved[1] == 0 and moved[0] > first
+    # One tile: the sum is the plan cost.
+    single = costs()
+    plain = {0: ("out_channels", 4), 1: ("in_channels", 4), 2: ("out_channels", 4)}
+    assert tile_costs(single, plain).sum() == pytest.approx(plan_cost(single, plain))
 
 
 def test_groups_on_a_faulty_grid_stay_connected_and_full_grids_keep_the_z_order():

@@ -1,5 +1,7 @@
 """Planners that split ops: tensor-parallel, layer-sequential; and how splits are simulated."""
 
+from itertools import pairwise
+
 import pytest
 
 from tests.passes.test_ilp_planner import make_graph
@@ -12,6 +14,7 @@ from tvm_chiplet.passes.planners import (
 )
 from tvm_chiplet.passes.planners.evaluate import placement_items, simulate_placement
 from tvm_chiplet.passes.planners.placement import OpSplit, Placement
+from tvm_chiplet.passes.planners.tensor_parallel import snake_tiles
 from tvm_chiplet.runtime.device import simulate_workload
 from tvm_chiplet.targets.system_generators import mesh_system
 from tvm_chiplet.targets.topology import Topology
@@ -116,7 +119,7 @@ def test_for_many_inputs_on_a_large_grid_copies_of_a_tile_plan_win():
     for mapping in many.replicas:
         assert {src for src, _ in mapping} == used
         assert not {dst for _, dst in mapping} & used
-    estimates = many.notes["copies_estimated_cycles"]
+    estimates = many.notes["estimated_cycles"]
     assert estimates[str(many.copies)] == min(estimates.values())
     # The tile plan's splits stay inside the tile.
     assert all(set(s.clusters) <= used for s in many.splits)
@@ -125,3 +128,35 @@ def test_for_many_inputs_on_a_large_grid_copies_of_a_tile_plan_win():
 def test_batches_must_be_positive():
     with pytest.raises(PlanningError, match="batches must be >= 1"):
         TensorParallelPlanner(batches=0)
+
+
+# Eight heavy layers with large activations on a mesh of slow links: 16-way collectives cost
+# more than they save, and a quarter of the grid cannot hold all the weights.
+LAYERS = make_graph([(2e9, 400_000, 2_500_000)] * 8, [(i, i + 1) for i in range(7)])
+LAYER_DIMS = {i: {"out_channels": 64, "in_channels": 64} for i in range(8)}
+
+
+def test_for_many_inputs_a_pipeline_over_2d_regions_splits_each_stage_inside_its_tile():
+    system = mesh_system(4, 4, bandwidth=4.0)
+    p = PlanningProblem(LAYERS, system, Topology(system), LAYER_DIMS,
+                        simulator=simulate_workload)
+    staged = TensorParallelPlanner(batches=64).plan(p)
+    stages = staged.notes["stages"]
+    assert stages > 1 and staged.copies == 1
+    estimates = staged.notes["estimated_cycles"]
+    assert estimates[f"{stages} stages"] == min(estimates.values())
+    # Stages follow the op order, one region (tile) each, neighbours in a snake.
+    assert list(staged.op_stage) == sorted(staged.op_stage)
+    assert set(staged.op_stage) == set(range(stages))
+    tiles = snake_tiles(p, p.topology.tilings(stages)[0])
+    for split in staged.splits:
+        assert set(split.clusters) <= set(tiles[staged.op_stage[split.op_id]])
+    links = {(link.src, link.dst) for link in system.links}
+    for a, b in pairwise(tiles):
+        assert any((x, y) in links for x in a for y in b)
+    # The simulator agrees: the pipeline beats the best single plan over all 16 clusters.
+    single = TensorParallelPlanner(batches=64)._plan_on(p, [None])
+    assert (simulate_placement(p, staged, 64).total_cycles
+            < simulate_placement(p, single, 64).total_cycles)
+    # One input runs best on every cluster at once.
+    assert "stages" not in TensorParallelPlanner(batches=1).plan(p).notes
