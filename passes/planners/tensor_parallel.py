@@ -8,7 +8,9 @@ distributed, and collectives only where a consumer needs another layout.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -48,13 +50,23 @@ class TensorParallelPlanner:
     its weights) and changes one op at a time to its best option given all others, sweep after
     sweep, until a sweep gains nothing (at most ``sweeps``).
 
-    With ``batches`` > 1 the planner also tries input-level data parallelism for large
-    systems (a hierarchical search: the grid coarsened into tiles, the ops planned on one
-    tile): the grid cut into ``R`` congruent tiles
-    (:meth:`~tvm_chiplet.targets.topology.Topology.tilings`), the ops split over the first
-    tile's sub-meshes with ``1 / R`` of the DRAM bandwidth, and copies of that plan on the other
-    tiles (:attr:`Placement.replicas`; input ``b`` runs on copy ``b mod R``). The estimate of
-    ``ceil(batches / R)`` inputs one after another on a tile picks ``R``.
+    A hierarchical search over layouts of the grid (:meth:`_layouts`), for large systems: the
+    grid is cut into congruent tiles
+    (:meth:`~tvm_chiplet.targets.topology.Topology.tilings`), and the ops are planned on the
+    tiles' own nested sub-meshes.
+
+    - **A pipeline over 2-D regions** (``S`` stages, up to :data:`STAGES`): the tiles in a
+      snake, consecutive ops cut into ``S`` runs that balance the tiles' work
+      (:func:`stage_ops`), each run split inside its tile; a value crossing from one stage to
+      the next is costed as the messages between the two groups. The estimate of ``N``
+      inputs: one input's cycles plus ``N - 1`` times the busiest tile's.
+    - **Copies** (with ``batches`` > 1): ``R`` copies of a plan (one stage or a pipeline) on
+      ``R`` tiles, each running every ``R``-th input (:attr:`Placement.replicas`), with
+      ``1 / R`` of the DRAM bandwidth.
+
+    Every layout's starting choice is estimated; the :data:`SEARCHED` most promising are
+    searched, and the whole grid always is. The estimate of ``batches`` inputs picks the plan
+    (``notes["estimated_cycles"]``).
 
     When the problem can realise and simulate the plan, its streamed weights are placed in DRAM
     as simulates fastest (:func:`~.dram.fastest_dram`: interleaved, nearest controller, or
@@ -69,7 +81,8 @@ class TensorParallelPlanner:
     sweeps : int, default 4
         Most passes of the search over the ops.
     batches : int, default 1
-        Inputs the plan is for: 1 plans for latency; more also tries copies on tiles.
+        Inputs the plan is for: 1 plans for latency; more also tries copies on tiles and
+        weighs a pipeline's stages by its steady state.
     """
 
     name = "tensor-parallel"
@@ -87,29 +100,21 @@ class TensorParallelPlanner:
 
     def plan(self, problem: PlanningProblem) -> Placement:
         _require_split_dims(problem, self.name)
-        inputs = self.batches
-        best = self._plan_on(problem, [None])
-        tried = {"1": best.objective_cycles}
-        for count in range(2, min(problem.system.num_clusters, max(inputs, 1 + STAGES)) + 1):
-            tilings = problem.topology.tilings(count)
-            if not tilings:
-                continue
-            tiles = tilings[0]
-            candidates = []
-            if count <= inputs:  # copies of a plan on one tile, each running every R-th input
-                base = self._plan_on(problem, [tiles[0]], copies=count)
-                position = {c: i for i, c in enumerate(tiles[0])}
-                replicas = tuple(tuple((c, tile[position[c]]) for c in base.clusters_used())
-                                 for tile in tiles[1:])
-                candidates.append((f"{count}", dataclasses.replace(base, replicas=replicas)))
-            if count <= STAGES and len(tiles[0]) >= 2:  # a pipeline, one stage per tile
-                candidates.append((f"{count} stages",
-                                   self._plan_on(problem, snake_tiles(problem, tiles))))
-            for key, cand in candidates:
-                tried[key] = cand.objective_cycles
-                if cand.objective_cycles < best.objective_cycles:
-                    best = cand
-        notes = {**best.notes, "copies": best.copies, "estimated_cycles": tried}
+        spaces = [self._space(problem, key, stages, copy_tiles)
+                  for key, stages, copy_tiles in self._layouts(problem)]
+        # Every layout's starting point is estimated; the most promising are searched.
+        spaces.sort(key=lambda space: space.estimate(space.start))
+        searched = spaces[:SEARCHED]
+        searched += [space for space in spaces[SEARCHED:] if space.key == "1"]
+        tried, best = {}, None
+        for space in searched:
+            cand = self._search(problem, space)
+            tried[space.key] = cand.objective_cycles
+            if best is None or cand.objective_cycles < best.objective_cycles:
+                best = cand
+        notes = {**best.notes, "copies": best.copies, "estimated_cycles": tried,
+                 "layouts_started": {space.key: space.estimate(space.start)
+                                     for space in spaces}}
         best = dataclasses.replace(best, notes=notes)
         if problem.simulator is not None and problem.realise is not None:
             # Where the streamed weights live, judged on the realised module: the parts of a
@@ -117,13 +122,36 @@ class TensorParallelPlanner:
             best, _ = fastest_dram(problem, best, self.batches, as_built=True, nearest=True)
         return best
 
-    def _plan_on(self, problem: PlanningProblem, tiles: list[list[int] | None], copies: int = 1
-                 ) -> Placement:
-        """The local search over the sub-meshes of ``tiles`` (one stage per tile; ``[None]``:
-        one stage on every cluster), with ``1 / copies`` of the DRAM bandwidth for each copy
-        and ``1 / stages`` for each stage. Its objective: the estimated cycles of the planner's
-        inputs, one after another on each of ``copies`` copies, pipelined over the stages."""
-        stages = len(tiles)
+    def _layouts(self, problem: PlanningProblem):
+        """(key, stage tiles, copy tiles) of every layout of the grid to try: the whole grid
+        (``"1"``); ``R`` copies of a plan on one of ``R`` tiles (``"R"``, for ``R`` up to the
+        inputs); a pipeline of ``S`` stages, one per tile (``"S stages"``, up to
+        :data:`STAGES`); and ``R`` copies of an ``S``-stage pipeline (``"R x S stages"``)."""
+        topology, inputs = problem.topology, self.batches
+        clusters = problem.system.num_clusters
+        tilings = {n: t[0] for n in range(2, clusters + 1) if (t := topology.tilings(n))}
+        yield "1", [None], None
+        for copies, tiles in tilings.items():
+            if copies <= inputs:
+                yield f"{copies}", [tiles[0]], tiles
+        for stages, tiles in tilings.items():
+            if stages <= STAGES and len(tiles[0]) >= 2:
+                yield f"{stages} stages", snake_tiles(problem, tiles), None
+        for (copies, coarse), stages in itertools.product(tilings.items(), range(2, STAGES + 1)):
+            fine = tilings.get(copies * stages)
+            if copies > inputs or fine is None or len(fine[0]) < 2:
+                continue
+            inside = [tile for tile in fine if set(tile) <= set(coarse[0])]
+            if len(inside) == stages:
+                yield f"{copies} x {stages} stages", snake_tiles(problem, inside), coarse
+
+    def _space(self, problem: PlanningProblem, key: str, tiles: list[list[int] | None],
+               copy_tiles: list[list[int]] | None) -> _Space:
+        """The search space of one layout: each stage on its tile (``[None]``: one stage on
+        every cluster), copies on ``copy_tiles``, each copy's stages with their share of the
+        DRAM bandwidth. Its estimate: the planner's inputs, one after another on each copy,
+        pipelined over the stages."""
+        stages, copies = len(tiles), len(copy_tiles or [None])
         share = 1.0 / (copies * (stages if self.batches > 1 else 1))
         costs = (LayoutCosts(problem, tiles[0], dram_share=share) if stages == 1 else
                  LayoutCosts(problem, tiles=tiles, dram_share=share))
@@ -137,8 +165,13 @@ class TensorParallelPlanner:
         options = {op_id: self._options(costs, dims, costs.tile_groups(
                        stage_of[op_id] if stage_of is not None else 0))
                    for op_id, dims in sorted(problem.split_dims.items())}
-        choice = {op_id: opts[-1] for op_id, opts in options.items()}
-        best = estimate(choice)
+        start = {op_id: opts[-1] for op_id, opts in options.items()}
+        return _Space(key, costs, stage_of, options, start, estimate, copy_tiles)
+
+    def _search(self, problem: PlanningProblem, space: _Space) -> Placement:
+        """The local search of ``space`` from its start; its copies on their tiles."""
+        choice, options = dict(space.start), space.options
+        best = space.estimate(choice)
         sweeps = 0
         for sweeps in range(1, self.sweeps + 1):  # noqa: B007 (reported below)
             gained = False
@@ -148,12 +181,14 @@ class TensorParallelPlanner:
                     if option == kept:
                         continue
                     choice[op_id] = option
-                    cost = estimate(choice)
+                    cost = space.estimate(choice)
                     if cost < best * (1 - 1e-9):
                         best, kept, gained = cost, option, True
                 choice[op_id] = kept
             if not gained:
                 break
+        costs, stage_of = space.costs, space.stage_of
+        stages = len(costs.first) - 1
         groups = [g.members for g in costs.groups]
         splits = tuple(OpSplit(op_id, dim, groups[group])
                        for op_id, option in choice.items() if option is not None
@@ -164,7 +199,7 @@ class TensorParallelPlanner:
                  "groups": sorted({len(s.clusters) for s in splits})}
         if stages > 1:
             notes["stages"] = stages
-        return Placement(
+        placement = Placement(
             strategy=self.name,
             op_cluster=tuple(homes[s] for s in op_stage),
             op_stage=op_stage,
@@ -173,6 +208,14 @@ class TensorParallelPlanner:
             notes=notes,
             splits=splits,
         )
+        if space.copy_tiles is None:
+            return placement
+        # Input b runs on copy b mod R: the i-th cluster of every copy tile is at one place.
+        tiles = space.copy_tiles
+        position = {c: i for i, c in enumerate(tiles[0])}
+        replicas = tuple(tuple((c, tile[position[c]]) for c in placement.clusters_used())
+                         for tile in tiles[1:])
+        return dataclasses.replace(placement, replicas=replicas)
 
     def _options(self, costs: LayoutCosts, dims: dict[str, int], groups: range
                  ) -> list[tuple[str, int] | None]:
@@ -189,6 +232,20 @@ class TensorParallelPlanner:
             options.remove(fits[-1])
             options.append(fits[-1])
         return options
+
+
+@dataclasses.dataclass
+class _Space:
+    """One layout's search: its key, costs, stages, options per op, starting choice, estimate
+    of a choice, and the tiles its copies run on (None: no copies)."""
+
+    key: str
+    costs: LayoutCosts
+    stage_of: list[int] | None
+    options: dict
+    start: dict
+    estimate: Callable[[dict], float]
+    copy_tiles: list[list[int]] | None
 
 
 def snake_tiles(problem: PlanningProblem, tiles: list[list[int]]) -> list[list[int]]:
@@ -248,6 +305,10 @@ def stage_ops(problem: PlanningProblem, costs: LayoutCosts, max_parts: int) -> l
 
 STAGES = 16
 """Most stages of a tensor-parallel pipeline (one 2-D region of the grid each)."""
+
+SEARCHED = 6
+"""Layouts of the grid whose local search runs: those whose starting choice (every op split
+along its weights over its tile) is estimated fastest, and always the whole grid."""
 
 
 MAX_PARTS = 36

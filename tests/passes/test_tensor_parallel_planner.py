@@ -155,7 +155,8 @@ def test_for_many_inputs_a_pipeline_over_2d_regions_splits_each_stage_inside_its
     for a, b in pairwise(tiles):
         assert any((x, y) in links for x in a for y in b)
     # The simulator agrees: the pipeline beats the best single plan over all 16 clusters.
-    single = TensorParallelPlanner(batches=64)._plan_on(p, [None])
+    planner = TensorParallelPlanner(batches=64)
+    single = planner._search(p, planner._space(p, "1", [None], None))
     assert (simulate_placement(p, staged, 64).total_cycles
             < simulate_placement(p, single, 64).total_cycles)
     # One input runs best on every cluster at once.
