@@ -16,6 +16,7 @@ import numpy as np
 
 from tvm_chiplet.passes.planners.base import PlanningProblem
 from tvm_chiplet.passes.planners.dram import fastest_dram
+from tvm_chiplet.passes.planners.evaluate import simulate_placement
 from tvm_chiplet.passes.planners.layouts import Layout, LayoutCosts, tile_costs
 from tvm_chiplet.passes.planners.partition import min_bottleneck_partition
 from tvm_chiplet.passes.planners.placement import OpSplit, Placement, PlanningError
@@ -65,8 +66,9 @@ class TensorParallelPlanner:
       ``1 / R`` of the DRAM bandwidth.
 
     Every layout's starting choice is estimated; the :data:`SEARCHED` most promising are
-    searched, and the whole grid always is. The estimate of ``batches`` inputs picks the plan
-    (``notes["estimated_cycles"]``).
+    searched, and the whole grid always is. The simulator, when the problem has one, judges
+    the searched plans for ``batches`` inputs (``notes["simulated_cycles"]``), else their
+    estimate does (``notes["estimated_cycles"]``).
 
     When the problem can realise and simulate the plan, its streamed weights are placed in DRAM
     as simulates fastest (:func:`~.dram.fastest_dram`: interleaved, nearest controller, or
@@ -106,15 +108,20 @@ class TensorParallelPlanner:
         spaces.sort(key=lambda space: space.estimate(space.start))
         searched = spaces[:SEARCHED]
         searched += [space for space in spaces[SEARCHED:] if space.key == "1"]
-        tried, best = {}, None
-        for space in searched:
-            cand = self._search(problem, space)
-            tried[space.key] = cand.objective_cycles
-            if best is None or cand.objective_cycles < best.objective_cycles:
-                best = cand
+        found = {space.key: self._search(problem, space) for space in searched}
+        tried = {key: cand.objective_cycles for key, cand in found.items()}
+        judged = tried
+        if problem.simulator is not None and len(found) > 1:
+            # The estimate is rough (no contention beyond a collective's own messages, DRAM as
+            # one pool): the simulator judges the searched plans.
+            judged = {key: float(simulate_placement(problem, cand, self.batches).total_cycles)
+                      for key, cand in found.items()}
+        best = found[min(judged, key=judged.get)]
         notes = {**best.notes, "copies": best.copies, "estimated_cycles": tried,
                  "layouts_started": {space.key: space.estimate(space.start)
                                      for space in spaces}}
+        if judged is not tried:
+            notes["simulated_cycles"] = judged
         best = dataclasses.replace(best, notes=notes)
         if problem.simulator is not None and problem.realise is not None:
             # Where the streamed weights live, judged on the realised module: the parts of a
