@@ -379,8 +379,17 @@ class _Distributor:
         if name == "relax.reshape":
             mapped = _reshape_bounds(_shape(data), layout.axis, layout.bounds, out)
             if mapped is None:
-                return None
-            axis, bounds = mapped
+                # Parts that cut through an output row (768 channels in 16 parts of 48, read
+                # as 12 heads of 64) are re-cut at whole rows over the same clusters: each part
+                # fetches its rows from the one or two parts holding them, not a gather.
+                aligned = _aligned_bounds(_shape(data), layout.axis, len(layout.bounds), out)
+                if aligned is None:
+                    return None
+                cut, (axis, bounds) = aligned
+                layout = _Sharded(layout.axis, cut, layout.parts[:len(cut)],
+                                  layout.clusters[:len(cut)])
+            else:
+                axis, bounds = mapped
         else:
             axis, bounds = self._followed_axis(call, layout.axis, rank), layout.bounds
             if axis is None:
@@ -568,6 +577,26 @@ def _reshape_bounds(shape: list[int], axis: int, bounds: Sequence[tuple[int, int
         if all((b * inner) % out_inner == 0 and (e * inner) % out_inner == 0 for b, e in bounds):
             return out_axis, tuple((b * inner // out_inner, e * inner // out_inner)
                                    for b, e in bounds)
+    return None
+
+
+def _aligned_bounds(shape: list[int], axis: int, parts: int, out: list[int]
+                    ) -> tuple[tuple[tuple[int, int], ...],
+                               tuple[int, tuple[tuple[int, int], ...]]] | None:
+    """Bounds along ``axis`` of at most ``parts`` parts that a reshape of ``shape`` to ``out``
+    can follow (each a block of whole rows of one output axis, as :func:`_reshape_bounds`
+    needs), and that output axis with the parts' bounds on it; None when no output axis is
+    made of whole rows of ``axis``."""
+    before, inner = int(np.prod(shape[:axis])), int(np.prod(shape[axis + 1:]))
+    for out_axis in range(len(out)):
+        out_before, out_inner = int(np.prod(out[:out_axis])), int(np.prod(out[out_axis + 1:]))
+        if out_before != before or out[out_axis] * out_inner != shape[axis] * inner:
+            continue
+        if out_inner % inner:
+            continue
+        unit = out_inner // inner  # elements of ``axis`` per output row
+        rows = even_bounds(out[out_axis], min(parts, out[out_axis]))
+        return (tuple((b * unit, e * unit) for b, e in rows), (out_axis, tuple(rows)))
     return None
 
 

@@ -68,6 +68,11 @@ class Layout:
 FREE = Layout("free")
 HOME = Layout("whole")
 
+FOLLOW = "follow"
+"""A choice for an op without weights (a matmul of two activations): not split by the plan, it
+follows its input's layout part by part as other ops do (attention's scores and context
+follow the heads their query, key and value are split by, locally)."""
+
 
 def _morton(x: int, y: int) -> int:
     key = 0
@@ -407,15 +412,15 @@ def breaks(name: str, axis: str) -> bool:
     return any(fragment in name and axis == broken for fragment, broken in _BREAKS)
 
 
-def plan_cost(costs: LayoutCosts, choice: dict[int, tuple[str, int] | None]) -> float:
+def plan_cost(costs: LayoutCosts, choice: dict[int, tuple[str, int] | str | None]) -> float:
     """Estimated cycles of running ``problem``'s ops one after another with the split ops of
-    ``choice`` (op -> (dim, group) or None for whole), every other op following its input's
-    layout where it can (:func:`breaks`), values redistributed where layouts differ, and the
-    model's outputs gathered on their group's first cluster."""
+    ``choice`` (op -> (dim, group), None for whole, or :data:`FOLLOW`), every other op
+    following its input's layout where it can (:func:`breaks`), values redistributed where
+    layouts differ, and the model's outputs gathered on their group's first cluster."""
     return float(tile_costs(costs, choice).sum())
 
 
-def tile_costs(costs: LayoutCosts, choice: dict[int, tuple[str, int] | None],
+def tile_costs(costs: LayoutCosts, choice: dict[int, tuple[str, int] | str | None],
                stage_of: Sequence[int] | None = None) -> np.ndarray:
     """:func:`plan_cost`'s cycles for each tile of ``costs``: an op's compute counts on the
     tile it runs on, a redistribution on the tile that receives it. ``stage_of`` gives each op
@@ -442,7 +447,7 @@ def tile_costs(costs: LayoutCosts, choice: dict[int, tuple[str, int] | None],
         if not op.is_compute:
             layout[op.op_id] = layout[preds[0][0]] if preds else FREE
             continue
-        if op.op_id in choice:
+        if choice.get(op.op_id, FOLLOW) != FOLLOW:
             chosen = choice[op.op_id]
             data = max(preds, key=lambda e: (e[1], -e[0]))[0] if preds else None
             if chosen is None:

@@ -17,7 +17,7 @@ import numpy as np
 from tvm_chiplet.passes.planners.base import PlanningProblem
 from tvm_chiplet.passes.planners.dram import fastest_dram
 from tvm_chiplet.passes.planners.evaluate import simulate_placement
-from tvm_chiplet.passes.planners.layouts import Layout, LayoutCosts, tile_costs
+from tvm_chiplet.passes.planners.layouts import FOLLOW, Layout, LayoutCosts, tile_costs
 from tvm_chiplet.passes.planners.partition import min_bottleneck_partition
 from tvm_chiplet.passes.planners.placement import OpSplit, Placement, PlanningError
 from tvm_chiplet.targets.workload import STREAM_BUFFER_FRACTION
@@ -68,8 +68,8 @@ class TensorParallelPlanner:
     Every layout's starting choice is estimated; the :data:`SEARCHED` most promising are
     searched, and the whole grid always is. Their estimates (``notes["estimated_cycles"]``)
     pick the plan; when the problem can realise and simulate plans, the :data:`JUDGED` best
-    estimated are simulated as built for ``batches`` inputs and the fastest is kept
-    (``notes["simulated_cycles"]``).
+    estimated (within :data:`JUDGED_WITHIN` of the best) are simulated as built for ``batches``
+    inputs and the fastest is kept (``notes["simulated_cycles"]``).
 
     When the problem can realise and simulate the plan, its streamed weights are placed in DRAM
     as simulates fastest (:func:`~.dram.fastest_dram`: interleaved, nearest controller, or
@@ -116,9 +116,11 @@ class TensorParallelPlanner:
             # The estimate is rough (no contention beyond a collective's own messages, DRAM as
             # one pool): the best few are realised and simulated as built. (Simulated before
             # realisation, split ops are costed through one hub, which misjudges these plans.)
+            close = [key for key in sorted(tried, key=tried.get)[:JUDGED]
+                     if tried[key] <= JUDGED_WITHIN * min(tried.values())]
             judged = {key: float(simulate_placement(problem, found[key], self.batches,
                                                     as_built=True).total_cycles)
-                      for key in sorted(tried, key=tried.get)[:JUDGED]}
+                      for key in close}
         best = found[min(judged, key=judged.get)]
         notes = {**best.notes, "copies": best.copies, "estimated_cycles": tried,
                  "layouts_started": {space.key: space.estimate(space.start)
@@ -173,7 +175,8 @@ class TensorParallelPlanner:
             return float(per_tile.sum() + (inputs - 1) * per_tile.max())
 
         options = {op_id: self._options(costs, dims, costs.tile_groups(
-                       stage_of[op_id] if stage_of is not None else 0))
+                       stage_of[op_id] if stage_of is not None else 0),
+                       follows=not problem.graph.ops[op_id].weight_bytes)
                    for op_id, dims in sorted(problem.split_dims.items())}
         start = {op_id: opts[-1] for op_id, opts in options.items()}
         return _Space(key, costs, stage_of, options, start, estimate, copy_tiles)
@@ -201,7 +204,7 @@ class TensorParallelPlanner:
         stages = len(costs.first) - 1
         groups = [g.members for g in costs.groups]
         splits = tuple(OpSplit(op_id, dim, groups[group])
-                       for op_id, option in choice.items() if option is not None
+                       for op_id, option in choice.items() if option not in (None, FOLLOW)
                        for dim, group in [option])
         homes = tuple(groups[costs.first[t]][0] for t in range(stages))
         op_stage = tuple(stage_of) if stage_of is not None else (0,) * len(problem.graph.ops)
@@ -227,17 +230,18 @@ class TensorParallelPlanner:
                          for tile in tiles[1:])
         return dataclasses.replace(placement, replicas=replicas)
 
-    def _options(self, costs: LayoutCosts, dims: dict[str, int], groups: range
-                 ) -> list[tuple[str, int] | None]:
-        """Whole (None), then every (dim, group) of ``groups`` the op's sizes allow; last: the
-        layer-sequential choice (the first weight dimension over the largest group)."""
-        options: list[tuple[str, int] | None] = [None]
+    def _options(self, costs: LayoutCosts, dims: dict[str, int], groups: range,
+                 follows: bool = False) -> list[tuple[str, int] | str | None]:
+        """Whole (None), :data:`~.layouts.FOLLOW` when ``follows`` (an op without weights),
+        then every (dim, group) of ``groups`` the op's sizes allow; last: the layer-sequential
+        choice (the first weight dimension over the largest group)."""
+        options: list[tuple[str, int] | str | None] = [None] + ([FOLLOW] if follows else [])
         for dim, size in dims.items():
             for index in groups:
                 if 2 <= costs.groups[index].size <= min(size, self.max_parts):
                     options.append((dim, index))
         weight = next((d for d in LAYER_SEQUENTIAL_DIMS if d in dims), None)
-        fits = [o for o in options if o is not None and o[0] == weight]
+        fits = [o for o in options if o not in (None, FOLLOW) and o[0] == weight]
         if fits:
             options.remove(fits[-1])
             options.append(fits[-1])
@@ -322,7 +326,10 @@ along its weights over its tile) is estimated fastest, and always the whole grid
 
 JUDGED = 2
 """Searched plans realised and simulated as built, best estimate first (each realisation
-rewrites and reduces the module: seconds to a minute on large models)."""
+rewrites and reduces the module: seconds to a minute on large models), among those estimated
+within :data:`JUDGED_WITHIN` of the best."""
+
+JUDGED_WITHIN = 1.25
 
 
 MAX_PARTS = 36

@@ -136,6 +136,25 @@ def test_attention_heads_stay_split_through_reshape_and_transpose():
     assert sorted(crossings(reduced, clusters)) == [(16 * 16 * 4, c, 0) for c in (1, 2, 3)]
 
 
+def test_parts_that_cut_through_a_head_are_recut_at_whole_heads_not_gathered():
+    mod = load_model(models.get_model("transformer-block"))
+    # 8 parts of 8 columns: each head (16 columns) spans two parts.
+    splits = [DistributedSplit(a, "cols", tuple(range(8))) for a in (0, 1, 2)]
+    reduced, clusters = distribute_and_reduce(mod, splits, home=0)
+    x = models.example_inputs(models.get_model("transformer-block"), seed=3)
+    np.testing.assert_allclose(run(reduced, list(x.values())), run(mod, list(x.values())),
+                               rtol=1e-4, atol=1e-4)
+    # The reshape to heads re-cuts the parts at whole heads on the first four clusters: every
+    # head's softmax runs on its own cluster, and no value bigger than one head's half-slice
+    # (16 rows x 8 columns) moves before the heads' contexts are gathered.
+    bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
+    softmax = [c for b, c in zip(bindings, clusters, strict=True)
+               if "softmax" in str(b.value.args[0])]
+    assert sorted(softmax) == [0, 1, 2, 3]
+    recut = [m for m in crossings(reduced, clusters) if m[0] == 16 * 8 * 4]
+    assert {(src, dst) for _, src, dst in recut} >= {(1, 0), (3, 1), (5, 2), (7, 3)}
+
+
 def test_a_matmul_of_activations_does_not_follow_an_operand_sharded_on_its_reduction_axis():
     """q's columns and q^T's rows are the reduction axes of q @ k^T and h @ q^T: the matmuls
     read them gathered (a part would sum over only some of the reduction)."""

@@ -7,6 +7,7 @@ import pytest
 from tests.passes.test_ilp_planner import make_graph
 from tvm_chiplet.passes.planners import PlanningProblem
 from tvm_chiplet.passes.planners.layouts import (
+    FOLLOW,
     HOME,
     Layout,
     LayoutCosts,
@@ -87,6 +88,20 @@ def test_splitting_over_more_clusters_is_faster_for_heavy_ops():
     whole = {0: None, 1: None, 2: None}
     split = {0: ("out_channels", 4), 1: ("in_channels", 4), 2: ("out_channels", 4)}
     assert plan_cost(c, split) < 0.3 * plan_cost(c, whole)
+
+
+def test_an_op_without_weights_may_follow_its_input_instead_of_being_split_or_gathered():
+    # op 1 multiplies two activations (no weights), like attention's scores.
+    graph = make_graph([(4e9, 400_000, 40_000), (8e9, 400_000, 0), (4e9, 400_000, 40_000)],
+                       [(0, 1), (1, 2)])
+    system = mesh_system(4, 4, bandwidth=32.0)
+    c = LayoutCosts(PlanningProblem(graph, system, Topology(system), DIMS))
+    split = {0: ("out_channels", 4), 2: ("out_channels", 4)}
+    follow = plan_cost(c, {**split, 1: FOLLOW})
+    # Following keeps op 1 on op 0's 16 parts: no gather, a sixteenth of the work each.
+    assert follow < plan_cost(c, {**split, 1: None})
+    assert follow < plan_cost(c, {**split, 1: ("rows", 4)})
+    assert follow == pytest.approx(plan_cost(c, split))
 
 
 def halves():

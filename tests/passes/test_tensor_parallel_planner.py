@@ -13,6 +13,7 @@ from tvm_chiplet.passes.planners import (
     get_planner,
 )
 from tvm_chiplet.passes.planners.evaluate import placement_items, simulate_placement
+from tvm_chiplet.passes.planners.layouts import FOLLOW
 from tvm_chiplet.passes.planners.placement import OpSplit, Placement
 from tvm_chiplet.passes.planners.tensor_parallel import snake_tiles
 from tvm_chiplet.runtime.device import simulate_workload
@@ -161,3 +162,18 @@ def test_for_many_inputs_a_pipeline_over_2d_regions_splits_each_stage_inside_its
             < simulate_placement(p, single, 64).total_cycles)
     # One input runs best on every cluster at once.
     assert "stages" not in TensorParallelPlanner(batches=1).plan(p).notes
+
+
+def test_an_activation_matmul_follows_its_split_input_and_is_not_split_itself():
+    # op 1 has no weights (attention's scores): it may follow op 0's parts; op 0 and 2 may not.
+    graph = make_graph([(4e9, 400_000, 400_000), (8e9, 400_000, 0), (4e9, 400_000, 400_000)],
+                       [(0, 1), (1, 2)])
+    dims = {0: {"out_channels": 64}, 1: {"rows": 64, "batch": 12}, 2: {"in_channels": 64}}
+    system = mesh_system(4, 4, bandwidth=32.0)
+    p = PlanningProblem(graph, system, Topology(system), dims)
+    planner = TensorParallelPlanner()
+    space = planner._space(p, "1", [None], None)
+    assert FOLLOW in space.options[1]
+    assert FOLLOW not in space.options[0] and FOLLOW not in space.options[2]
+    placement = planner.plan(p)
+    assert {s.op_id for s in placement.splits} == {0, 2}
