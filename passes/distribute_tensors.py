@@ -547,12 +547,17 @@ class _Distributor:
 
 
 def _anchor_size(call: relax.Call, dim: str) -> int:
+    """The size of ``dim`` at an anchor (a matmul operand may be 1-D: only the dims it has are
+    looked at)."""
     data, weight = (_shape(x) for x in call.args)
     out = _shape(call)
     if call.op.same_as(_CONV2D):
-        return {"batch": out[0], "out_channels": out[1], "in_channels": data[1],
-                "rows": out[2]}[dim]
-    return {"batch": out[0], "rows": data[-2], "cols": weight[-1], "reduction": data[-1]}[dim]
+        sizes = {"batch": lambda: out[0], "out_channels": lambda: out[1],
+                 "in_channels": lambda: data[1], "rows": lambda: out[2]}
+    else:
+        sizes = {"batch": lambda: out[0], "rows": lambda: data[-2],
+                 "cols": lambda: weight[-1], "reduction": lambda: data[-1]}
+    return sizes[dim]()
 
 
 def _reshape_bounds(shape: list[int], axis: int, bounds: Sequence[tuple[int, int]],
@@ -595,13 +600,13 @@ def distribute(mod: tvm.IRModule, splits: Sequence[DistributedSplit],
     ``DecomposeOpsForInference``) that run whole; other unsplit ops that do not follow a
     distributed operand run where most of their operand bytes are (``home`` on ties).
     """
-    return _distribute(_prepare(mod), splits, placed, home)
+    return _distribute(prepare_for_splits(mod), splits, placed, home)
 
 
 def _distribute(mod: tvm.IRModule, splits: Sequence[DistributedSplit],
                 placed: dict[relax.Var, int] | None, home: int
                 ) -> tuple[tvm.IRModule, dict[relax.Var, int]]:
-    """:func:`distribute` on a module :func:`_prepare` returned."""
+    """:func:`distribute` on a module :func:`prepare_for_splits` returned."""
     anchors = anchor_bindings(mod)
     infos: list[AnchorInfo] = [info for _, info in anchors]
     plan, seen = {}, set()
@@ -648,7 +653,7 @@ def _distribute(mod: tvm.IRModule, splits: Sequence[DistributedSplit],
     return _with_main(mod, dist.bb.get()["main"]), dist.cluster_of
 
 
-def _prepare(mod: tvm.IRModule) -> tvm.IRModule:
+def prepare_for_splits(mod: tvm.IRModule) -> tvm.IRModule:
     """Batch norms decomposed and constant subexpressions folded, as ReduceGraph does first, so
     that weights are constants (sliced where they are split) and not values that cross clusters.
     The ops of ``main`` computed from constants only are legalized (:class:`LegalizeOnce`) and
@@ -773,7 +778,7 @@ def distribute_and_reduce(mod: tvm.IRModule, splits: Sequence[DistributedSplit],
     """:func:`distribute`, then ReduceGraph: the reduced module and the cluster of each binding
     of its ``main``. ``op_cluster`` places the ops of ``ReduceGraph(mod)`` that run whole (see
     :func:`planned_clusters`); a binding FuseOps made anew runs where its first producer runs."""
-    mod = _prepare(mod)
+    mod = prepare_for_splits(mod)
     placed = planned_clusters(mod, op_cluster, target) if op_cluster is not None else {}
     distributed, cluster_of = _distribute(mod, splits, placed, home)
     reduced = ReduceGraph(target)(distributed)

@@ -11,7 +11,11 @@ import tvm
 from tvm_chiplet.passes.analysis.extract_op_graph import extract_op_graph
 from tvm_chiplet.passes.analysis.op_graph import OpGraph
 from tvm_chiplet.passes.annotate_placement import AnnotatePlacement
-from tvm_chiplet.passes.distribute_tensors import DistributedSplit, distribute_and_reduce
+from tvm_chiplet.passes.distribute_tensors import (
+    DistributedSplit,
+    distribute_and_reduce,
+    prepare_for_splits,
+)
 from tvm_chiplet.passes.planners import Planner, PlanningProblem, get_planner
 from tvm_chiplet.passes.planners.base import WorkloadSimulator
 from tvm_chiplet.passes.planners.layouts import check_groups
@@ -48,6 +52,10 @@ def split_problem(mod: tvm.IRModule, reduced: tvm.IRModule, system: ChipletSyste
     ``problem.realise``).
     """
     graph = extract_op_graph(reduced, system.device_dtype)
+    # Anchors are numbered as DistributeTensors numbers them: after constant folding, which
+    # removes the conv2d / matmul ops of weights only (e.g. the gates of an imported LSTM), as
+    # ReduceGraph does.
+    mod = prepare_for_splits(mod)
     anchors = find_anchors(mod)
     op_ids = anchor_op_ids(graph)
     if len(op_ids) != len(anchors):

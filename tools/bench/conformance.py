@@ -146,9 +146,9 @@ def run_plain(test: NodeTest, stages: list[str] | None = None,
 
 
 def run_chiplet(test: NodeTest, target: str = DEFAULT_TARGET, stages: list[str] | None = None,
-                notes: list[str] | None = None) -> list:
+                notes: list[str] | None = None, strategy: str | None = None) -> list:
     """The test's outputs on the chiplet path: :func:`tvm_chiplet.build` with the inputs' shapes
-    as ``input_shapes``, then the host executor.
+    as ``input_shapes`` (and ``strategy``, default the target's), then the host executor.
 
     ``stages``, when given, gets ``"build"`` (import, planning and compilation) and ``"run"``
     appended as each starts; ``notes`` gets the build's import notes (what folding did)."""
@@ -159,7 +159,7 @@ def run_chiplet(test: NodeTest, target: str = DEFAULT_TARGET, stages: list[str] 
               for name, value in zip(test.input_names, test.inputs, strict=True)
               if isinstance(value, np.ndarray | np.generic)}
     stages.append("build")
-    module = tvm_chiplet.build(test.model, target=target, input_shapes=shapes)
+    module = tvm_chiplet.build(test.model, target=target, input_shapes=shapes, strategy=strategy)
     if notes is not None:
         notes.extend(module.plan["import_notes"])
     stages.append("run")
