@@ -401,9 +401,15 @@ class _Distributor:
             if not isinstance(layout, _Sharded):
                 continue
             own = len(_shape(source))
+            other = len(_shape(args[1 - side]))
             if own < 2 or layout.axis == own - 1 - side:  # the reduction axis: not followed
                 return None
-            axis = layout.axis + rank - own
+            if other == 1:
+                # A 1-D operand adds no batch axes; its side's axis of the other leaves the
+                # output (the right's rows, or the left's columns, before the right's columns).
+                axis = layout.axis - (1 if side == 1 and layout.axis == own - 1 else 0)
+            else:
+                axis = layout.axis + rank - own
             batch = layout.axis < own - 2
 
             def operand(arg, b, e, c, source=source, layout=layout, axis=axis, batch=batch):
@@ -452,7 +458,8 @@ class _Distributor:
         if name == "relax.nn.layer_norm":
             return None if axis in {int(a) % rank for a in attrs.axes} else axis
         if name == "relax.permute_dims":
-            order = list(range(rank))[::-1] if attrs.axes is None else [int(a) for a in attrs.axes]
+            order = (list(range(rank))[::-1] if attrs.axes is None
+                     else [int(a) % rank for a in attrs.axes])
             return order.index(axis)
         return None
 

@@ -121,14 +121,19 @@ def batched_matmuls() -> onnx.ModelProto:
 
 
 def vector_matmuls() -> onnx.ModelProto:
-    """Matmuls with a 1-D operand on either side, and a transposed weight."""
+    """Matmuls with a 1-D operand on either side (weights and activations), and a transposed
+    weight."""
     g = _Graph()
     a = g.op("MatMul", ["x", g.weight(8)])                          # [4, 6, 8] @ [8] -> [4, 6]
     b = g.op("MatMul", [g.weight(4), a])                            # [4] @ [4, 6] -> [6]
     w = g.op("Transpose", [g.weight(6, 6)], perm=[1, 0])
     c = g.op("MatMul", [g.op("Tanh", [b]), w])                      # [6] @ [6, 6] -> [6]
     d = g.op("MatMul", ["x", g.op("Transpose", [g.weight(5, 8)], perm=[1, 0])])
-    return g.model({"x": ([4, 6, 8], F)}, [c, d])
+    h = g.op("Relu", [g.op("MatMul", ["x", g.weight(8, 8)])])        # [4, 6, 8]
+    v = g.op("ReduceMean", [h], axes=[0, 1], keepdims=0)             # [8]
+    e = g.op("MatMul", [h, v])                                       # activations: -> [4, 6]
+    f = g.op("MatMul", [g.op("ReduceMax", [h], axes=[0, 2], keepdims=0), h])  # [6] @ -> [4, 8]
+    return g.model({"x": ([4, 6, 8], F)}, [c, d, e, f])
 
 
 def recurrent() -> onnx.ModelProto:
@@ -197,6 +202,18 @@ def attention_block() -> onnx.ModelProto:
     return g.model({"x": ([1, seq, width], F)}, [out])
 
 
+def conv_transpose() -> onnx.ModelProto:
+    """A small encoder-decoder: a strided conv, a ConvTranspose (which TVM names
+    ``conv2d_transpose``) back up, a conv, and a conv whose output is transposed to NHWC."""
+    g = _Graph()
+    a = g.op("Relu", [g.op("Conv", ["x", g.weight(8, 4, 3, 3)], strides=[2, 2],
+                           pads=[1, 1, 1, 1])])
+    b = g.op("ConvTranspose", [a, g.weight(8, 6, 2, 2), g.weight(6)], strides=[2, 2])
+    c = g.op("Conv", [g.op("Relu", [b]), g.weight(6, 6, 3, 3)], pads=[1, 1, 1, 1])
+    d = g.op("Transpose", [g.op("Conv", [c, g.weight(4, 6, 1, 1)])], perm=[0, 2, 3, 1])
+    return g.model({"x": ([1, 4, 8, 8], F)}, [d])
+
+
 @dataclass(frozen=True)
 class Pattern:
     """A synthetic model, its builder and the static shapes of its inputs."""
@@ -216,6 +233,7 @@ PATTERNS = (
     Pattern("recurrent", recurrent, {"x": [5, 1, 4]}),
     Pattern("multi-output-ints", multi_output_ints, {"x": [3, 8], "ids": [3]}),
     Pattern("attention-block", attention_block, {"x": [1, 6, 16]}),
+    Pattern("conv-transpose", conv_transpose, {"x": [1, 4, 8, 8]}),
 )
 """The synthetic models, by name."""
 
