@@ -37,6 +37,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from tvm_chiplet.passes.analysis.batch_axis import ELEMENTWISE_OPS
 from tvm_chiplet.passes.fold_constant_calls import FoldConstantCalls
 from tvm_chiplet.passes.legalize_once import LegalizeOnce
 from tvm_chiplet.passes.planners.placement import PlanningError
@@ -59,18 +60,6 @@ _PURE_PACKED = tvm.ir.Op.get("relax.call_pure_packed")
 BOUNDARY = "chiplet.boundary"
 """Packed function name of the identity that marks a value crossing clusters while the module is
 reduced, so that FuseOps never fuses ops of two clusters into one kernel. Removed afterwards."""
-
-ELEMENTWISE_OPS = frozenset(
-    f"relax.{name}" for name in (
-        "add", "subtract", "multiply", "divide", "power", "maximum", "minimum", "floor_divide",
-        "nn.relu", "nn.gelu", "nn.gelu_tanh", "nn.silu", "nn.leakyrelu", "sigmoid", "tanh",
-        "exp", "log", "sqrt", "rsqrt", "erf", "clip", "astype", "negative", "abs", "square",
-        "round", "floor", "ceil", "where", "greater", "less", "equal", "not_equal",
-        "greater_equal", "less_equal", "logical_and", "logical_or", "logical_not",
-    )
-)
-"""Ops computed element by element, with numpy broadcasting: a part of the output needs only
-the same part of each operand (an operand broadcast along the split axis is read whole)."""
 
 _POOL_OPS = frozenset(
     ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d")
