@@ -284,9 +284,10 @@ Result = tuple[object, tuple[str, str] | None]
 def run_jobs(items: list, job: Callable, target: str = DEFAULT_TARGET, jobs: int = 2,
              timeout: float = 120.0, progress=print,
              on_result: Callable[[int, str, Result], None] | None = None,
-             label: str = "conformance") -> tuple[dict[tuple[int, str], Result], bool]:
-    """Run ``job(item, path, target)`` for every item (with a ``name``) and path of
-    :data:`PATHS` in ``jobs`` worker processes, each within ``timeout`` seconds from when its
+             label: str = "conformance", paths: tuple[str, ...] = PATHS
+             ) -> tuple[dict[tuple[int, str], Result], bool]:
+    """Run ``job(item, path, target)`` for every item (with a ``name``) and path of ``paths``
+    (default :data:`PATHS`) in ``jobs`` worker processes, each within ``timeout`` seconds from when its
     worker gets it (a run that overruns or crashes its worker fails with ``Timeout`` or
     ``WorkerCrash``, and the worker is replaced). ``job`` is a module-level function.
 
@@ -294,7 +295,7 @@ def run_jobs(items: list, job: Callable, target: str = DEFAULT_TARGET, jobs: int
     run completed (False after Ctrl-C). ``on_result`` is called as each result comes in.
     """
     context = multiprocessing.get_context("spawn")
-    pending = [(index, path) for index in range(len(items)) for path in PATHS]
+    pending = [(index, path) for index in range(len(items)) for path in paths]
     pending.reverse()
     results: dict[tuple[int, str], Result] = {}
     folder = tempfile.TemporaryDirectory(prefix=f"{label}-")
