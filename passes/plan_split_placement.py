@@ -72,7 +72,7 @@ def split_problem(mod: tvm.IRModule, reduced: tvm.IRModule, system: ChipletSyste
     mod = prepare_for_splits(mod)
     anchors = find_anchors(mod)
     op_ids = anchor_op_ids(graph)
-    if len(op_ids) != len(anchors):
+    if anchors and len(op_ids) != len(anchors):
         op_ids = anchor_ops_by_data_flow(mod, len(graph.ops), target)
     if len(op_ids) != len(anchors):
         # Not the high-level module (e.g. already legalized): nothing can be split.
