@@ -564,7 +564,8 @@ def _reshape_bounds(shape: list[int], axis: int, bounds: Sequence[tuple[int, int
     before, inner = int(np.prod(shape[:axis])), int(np.prod(shape[axis + 1:]))
     for out_axis in range(len(out)):
         out_before, out_inner = int(np.prod(out[:out_axis])), int(np.prod(out[out_axis + 1:]))
-        if out_before != before or out[out_axis] * out_inner != shape[axis] * inner:
+        if (out_before != before or out[out_axis] * out_inner != shape[axis] * inner
+                or out_inner == 0):
             continue
         if all((b * inner) % out_inner == 0 and (e * inner) % out_inner == 0 for b, e in bounds):
             return out_axis, tuple((b * inner // out_inner, e * inner // out_inner)

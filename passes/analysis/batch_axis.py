@@ -107,9 +107,8 @@ def _visit(binding: relax.VarBinding, batch: int, batched: set, tuples: dict) ->
     var, value = binding.var, binding.value
     if isinstance(value, relax.TupleGetItem):
         source = value.tuple_value
-        if isinstance(source, relax.Var) and source in tuples:
-            if tuples[source][value.index]:
-                batched.add(var)
+        if isinstance(source, relax.Var) and source in tuples and tuples[source][value.index]:
+            batched.add(var)
         return None
     if isinstance(value, relax.Tuple):
         tuples[var] = [isinstance(f, relax.Var) and f in batched for f in value.fields]
@@ -120,7 +119,8 @@ def _visit(binding: relax.VarBinding, batch: int, batched: set, tuples: dict) ->
         return None
     if not isinstance(value, relax.Call):
         return None
-    carried = [a in batched for a in value.args]
+    carried = [any(f in batched for f in a.fields) if isinstance(a, relax.Tuple)
+               else a in batched for a in value.args]
     if not any(carried):
         return None  # computed from weights only: the same in every copy
     if not isinstance(value.op, tvm.ir.Op):

@@ -287,8 +287,8 @@ def run_jobs(items: list, job: Callable, target: str = DEFAULT_TARGET, jobs: int
              label: str = "conformance", paths: tuple[str, ...] = PATHS
              ) -> tuple[dict[tuple[int, str], Result], bool]:
     """Run ``job(item, path, target)`` for every item (with a ``name``) and path of ``paths``
-    (default :data:`PATHS`) in ``jobs`` worker processes, each within ``timeout`` seconds from when its
-    worker gets it (a run that overruns or crashes its worker fails with ``Timeout`` or
+    (default :data:`PATHS`) in ``jobs`` worker processes, each within ``timeout`` seconds from
+    when its worker gets it (a run that overruns or crashes its worker fails with ``Timeout`` or
     ``WorkerCrash``, and the worker is replaced). ``job`` is a module-level function.
 
     Returns the :data:`Result` of each ``(item index, path)`` that finished, and whether the

@@ -214,6 +214,30 @@ def conv_transpose() -> onnx.ModelProto:
     return g.model({"x": ([1, 4, 8, 8], F)}, [d])
 
 
+def layout_mix() -> onnx.ModelProto:
+    """Values laid out differently meeting: a residual add of a 3x3 and a 1x1 conv, a
+    squeeze-and-excite gate (global pool, 1x1 convs, a per-channel multiply), a concat along
+    channels, then NCHW -> tokens (reshape, transpose), a matmul, a softmax along the tokens
+    and a reduction over the features."""
+    g = _Graph()
+    a = g.op("Conv", ["x", g.weight(8, 8, 3, 3)], pads=[1, 1, 1, 1])
+    b = g.op("Conv", ["x", g.weight(8, 8, 1, 1)])
+    s = g.op("Relu", [g.op("Add", [a, b])])
+    gate = g.op("GlobalAveragePool", [s])
+    squeezed = g.op("Relu", [g.op("Conv", [gate, g.weight(4, 8, 1, 1)])])
+    gate = g.op("Sigmoid", [g.op("Conv", [squeezed, g.weight(8, 4, 1, 1)])])
+    se = g.op("Mul", [s, gate])
+    cat = g.op("Concat", [se, a], axis=1)                              # [1, 16, 6, 6]
+    c = g.op("Conv", [cat, g.weight(8, 16, 3, 3)], pads=[1, 1, 1, 1])
+    tokens = g.op("Transpose", [g.op("Reshape", [c, g.const(np.array([1, 8, 36], np.int64))])],
+                  perm=[0, 2, 1])                                      # [1, 36, 8]
+    h = g.op("MatMul", [tokens, g.weight(8, 12)])
+    attn = g.op("Softmax", [h], axis=1)
+    out = g.op("ReduceSum", [g.op("Mul", [attn, h]), g.const(np.array([-1], np.int64))],
+               keepdims=1)
+    return g.model({"x": ([1, 8, 6, 6], F)}, [out])
+
+
 @dataclass(frozen=True)
 class Pattern:
     """A synthetic model, its builder and the static shapes of its inputs."""
@@ -234,6 +258,7 @@ PATTERNS = (
     Pattern("multi-output-ints", multi_output_ints, {"x": [3, 8], "ids": [3]}),
     Pattern("attention-block", attention_block, {"x": [1, 6, 16]}),
     Pattern("conv-transpose", conv_transpose, {"x": [1, 4, 8, 8]}),
+    Pattern("layout-mix", layout_mix, {"x": [1, 8, 6, 6]}),
 )
 """The synthetic models, by name."""
 

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
+from tvm_chiplet.passes.planners import PLANNERS
 from tvm_chiplet.tools.bench.conformance import (
     DEFAULT_TARGET,
     PATHS,
@@ -51,7 +52,6 @@ from tvm_chiplet.tools.bench.conformance import (
     run_jobs,
     run_plain,
 )
-from tvm_chiplet.passes.planners import PLANNERS
 from tvm_chiplet.tools.bench.tables import markdown_table, write_csv
 from tvm_chiplet.tools.frontends import graph_inputs
 
