@@ -1,8 +1,8 @@
 """Trained models from public packages: plain TVM and the chiplet path against onnxruntime.
 
 Usage: ``python -m tvm_chiplet.tools.bench.trained [--cache DIR] [--out DIR] [--models REGEX]
-[--target chiplet/cluster-4] [--strategies pipeline,tensor-parallel,...] [--timeout 900]
-[--jobs N] [--rtol 1e-4] [--seed 0]``
+[--target chiplet/cluster-4] [--strategies pipeline,tensor-parallel,...] [--synthetic]
+[--timeout 900] [--jobs N] [--rtol 1e-4] [--seed 0]``
 
 The models are ONNX files that PyPI packages ship inside their wheels (:data:`MODELS`: OCR
 detectors, recognisers and classifiers, a file-type classifier, YOLO-style detectors, a
@@ -22,7 +22,9 @@ reported with its stage (import, compile, run) and its cause, classified as the 
 bench classifies them. With ``--strategies`` (names of ``tvm_chiplet.passes.planners.PLANNERS``,
 or ``all``) each model also runs on the chiplet path once per listed strategy (path
 ``chiplet:<strategy>``), and the report counts, per strategy, the models that match, differ
-and fail, with each failure's stage and cause. Writes ``trained.csv`` and ``trained.md`` into
+and fail, with each failure's stage and cause. ``--synthetic`` runs the small op patterns of
+:mod:`tvm_chiplet.tools.bench.patterns` instead (grouped convs, 1-D matmuls, LSTM / GRU...).
+Writes ``trained.csv`` and ``trained.md`` into
 ``--out``.
 """
 
@@ -52,6 +54,7 @@ from tvm_chiplet.tools.bench.conformance import (
     run_jobs,
     run_plain,
 )
+from tvm_chiplet.tools.bench.patterns import PATTERNS
 from tvm_chiplet.tools.bench.tables import markdown_table, write_csv
 from tvm_chiplet.tools.frontends import graph_inputs
 
@@ -478,6 +481,25 @@ def write(out: str, rows: list[dict], lines: list[str], strategies: tuple[str, .
         handle.write("\n".join(lines) + "\n")
 
 
+def synthetic_models(cache: str, regex: re.Pattern | None = None
+                     ) -> tuple[list[TrainedModel], list[str]]:
+    """The synthetic op patterns (:data:`~tvm_chiplet.tools.bench.patterns.PATTERNS`) whose
+    name ``regex`` matches, each written to ``cache/patterns/<name>.onnx``, as models to
+    measure and their files."""
+    models, paths = [], []
+    for pattern in PATTERNS:
+        if regex is not None and not regex.search(pattern.name):
+            continue
+        path = os.path.join(cache, "patterns", pattern.name + ".onnx")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        onnx.save(pattern.build(), path)
+        models.append(TrainedModel(pattern.name, "synthetic op pattern", "tvm-chiplet",
+                                   path, "Apache-2.0", pattern.shapes,
+                                   int_high=pattern.int_high))
+        paths.append(path)
+    return models, paths
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache", default=DEFAULT_CACHE,
@@ -488,6 +510,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--strategies", default="",
                         help="comma-separated strategies to also run the chiplet path with "
                              f"({', '.join(PLANNERS)}), or 'all'; default none")
+    parser.add_argument("--synthetic", action="store_true",
+                        help="run the synthetic op patterns of tools/bench/patterns.py (written "
+                             "under --cache) instead of the trained models")
     parser.add_argument("--timeout", type=float, default=900.0,
                         help="seconds per model and path")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
@@ -503,9 +528,12 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     cache = os.path.expanduser(args.cache)
     regex = re.compile(args.models) if args.models else None
-    models = [m for m in MODELS if regex is None or regex.search(m.name)]
-    paths = [fetch(model, cache, progress=lambda line: print(line, flush=True))
-             for model in models]
+    if args.synthetic:
+        models, paths = synthetic_models(cache, regex)
+    else:
+        models = [m for m in MODELS if regex is None or regex.search(m.name)]
+        paths = [fetch(model, cache, progress=lambda line: print(line, flush=True))
+                 for model in models]
     cases = [Case(model.name, path, model.shapes, model.values, model.int_high, args.seed)
              for model, path in zip(models, paths, strict=True)]
     print(f"[trained] {len(cases)} models from {cache}, {args.jobs} worker(s), target "
