@@ -37,6 +37,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from tvm_chiplet.passes.analysis.batch_axis import ELEMENTWISE_OPS
 from tvm_chiplet.passes.fold_constant_calls import FoldConstantCalls
 from tvm_chiplet.passes.legalize_once import LegalizeOnce
 from tvm_chiplet.passes.planners.placement import PlanningError
@@ -59,18 +60,6 @@ _PURE_PACKED = tvm.ir.Op.get("relax.call_pure_packed")
 BOUNDARY = "chiplet.boundary"
 """Packed function name of the identity that marks a value crossing clusters while the module is
 reduced, so that FuseOps never fuses ops of two clusters into one kernel. Removed afterwards."""
-
-ELEMENTWISE_OPS = frozenset(
-    f"relax.{name}" for name in (
-        "add", "subtract", "multiply", "divide", "power", "maximum", "minimum", "floor_divide",
-        "nn.relu", "nn.gelu", "nn.gelu_tanh", "nn.silu", "nn.leakyrelu", "sigmoid", "tanh",
-        "exp", "log", "sqrt", "rsqrt", "erf", "clip", "astype", "negative", "abs", "square",
-        "round", "floor", "ceil", "where", "greater", "less", "equal", "not_equal",
-        "greater_equal", "less_equal", "logical_and", "logical_or", "logical_not",
-    )
-)
-"""Ops computed element by element, with numpy broadcasting: a part of the output needs only
-the same part of each operand (an operand broadcast along the split axis is read whole)."""
 
 _POOL_OPS = frozenset(
     ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d")
@@ -410,9 +399,15 @@ class _Distributor:
             if not isinstance(layout, _Sharded):
                 continue
             own = len(_shape(source))
+            other = len(_shape(args[1 - side]))
             if own < 2 or layout.axis == own - 1 - side:  # the reduction axis: not followed
                 return None
-            axis = layout.axis + rank - own
+            if other == 1:
+                # A 1-D operand adds no batch axes; its side's axis of the other leaves the
+                # output (the right's rows, or the left's columns, before the right's columns).
+                axis = layout.axis - (1 if side == 1 and layout.axis == own - 1 else 0)
+            else:
+                axis = layout.axis + rank - own
             batch = layout.axis < own - 2
 
             def operand(arg, b, e, c, source=source, layout=layout, axis=axis, batch=batch):
@@ -461,7 +456,8 @@ class _Distributor:
         if name == "relax.nn.layer_norm":
             return None if axis in {int(a) % rank for a in attrs.axes} else axis
         if name == "relax.permute_dims":
-            order = list(range(rank))[::-1] if attrs.axes is None else [int(a) for a in attrs.axes]
+            order = (list(range(rank))[::-1] if attrs.axes is None
+                     else [int(a) % rank for a in attrs.axes])
             return order.index(axis)
         return None
 
@@ -556,12 +552,17 @@ class _Distributor:
 
 
 def _anchor_size(call: relax.Call, dim: str) -> int:
+    """The size of ``dim`` at an anchor (a matmul operand may be 1-D: only the dims it has are
+    looked at)."""
     data, weight = (_shape(x) for x in call.args)
     out = _shape(call)
     if call.op.same_as(_CONV2D):
-        return {"batch": out[0], "out_channels": out[1], "in_channels": data[1],
-                "rows": out[2]}[dim]
-    return {"batch": out[0], "rows": data[-2], "cols": weight[-1], "reduction": data[-1]}[dim]
+        sizes = {"batch": lambda: out[0], "out_channels": lambda: out[1],
+                 "in_channels": lambda: data[1], "rows": lambda: out[2]}
+    else:
+        sizes = {"batch": lambda: out[0], "rows": lambda: data[-2],
+                 "cols": lambda: weight[-1], "reduction": lambda: data[-1]}
+    return sizes[dim]()
 
 
 def _reshape_bounds(shape: list[int], axis: int, bounds: Sequence[tuple[int, int]],
@@ -572,7 +573,8 @@ def _reshape_bounds(shape: list[int], axis: int, bounds: Sequence[tuple[int, int
     before, inner = int(np.prod(shape[:axis])), int(np.prod(shape[axis + 1:]))
     for out_axis in range(len(out)):
         out_before, out_inner = int(np.prod(out[:out_axis])), int(np.prod(out[out_axis + 1:]))
-        if out_before != before or out[out_axis] * out_inner != shape[axis] * inner:
+        if (out_before != before or out[out_axis] * out_inner != shape[axis] * inner
+                or out_inner == 0):
             continue
         if all((b * inner) % out_inner == 0 and (e * inner) % out_inner == 0 for b, e in bounds):
             return out_axis, tuple((b * inner // out_inner, e * inner // out_inner)
@@ -624,13 +626,13 @@ def distribute(mod: tvm.IRModule, splits: Sequence[DistributedSplit],
     ``DecomposeOpsForInference``) that run whole; other unsplit ops that do not follow a
     distributed operand run where most of their operand bytes are (``home`` on ties).
     """
-    return _distribute(_prepare(mod), splits, placed, home)
+    return _distribute(prepare_for_splits(mod), splits, placed, home)
 
 
 def _distribute(mod: tvm.IRModule, splits: Sequence[DistributedSplit],
                 placed: dict[relax.Var, int] | None, home: int
                 ) -> tuple[tvm.IRModule, dict[relax.Var, int]]:
-    """:func:`distribute` on a module :func:`_prepare` returned."""
+    """:func:`distribute` on a module :func:`prepare_for_splits` returned."""
     anchors = anchor_bindings(mod)
     infos: list[AnchorInfo] = [info for _, info in anchors]
     plan, seen = {}, set()
@@ -677,7 +679,7 @@ def _distribute(mod: tvm.IRModule, splits: Sequence[DistributedSplit],
     return _with_main(mod, dist.bb.get()["main"]), dist.cluster_of
 
 
-def _prepare(mod: tvm.IRModule) -> tvm.IRModule:
+def prepare_for_splits(mod: tvm.IRModule) -> tvm.IRModule:
     """Batch norms decomposed and constant subexpressions folded, as ReduceGraph does first, so
     that weights are constants (sliced where they are split) and not values that cross clusters.
     The ops of ``main`` computed from constants only are legalized (:class:`LegalizeOnce`) and
@@ -802,7 +804,7 @@ def distribute_and_reduce(mod: tvm.IRModule, splits: Sequence[DistributedSplit],
     """:func:`distribute`, then ReduceGraph: the reduced module and the cluster of each binding
     of its ``main``. ``op_cluster`` places the ops of ``ReduceGraph(mod)`` that run whole (see
     :func:`planned_clusters`); a binding FuseOps made anew runs where its first producer runs."""
-    mod = _prepare(mod)
+    mod = prepare_for_splits(mod)
     placed = planned_clusters(mod, op_cluster, target) if op_cluster is not None else {}
     distributed, cluster_of = _distribute(mod, splits, placed, home)
     reduced = ReduceGraph(target)(distributed)

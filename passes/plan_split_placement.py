@@ -11,13 +11,18 @@ import tvm
 from tvm_chiplet.passes.analysis.extract_op_graph import extract_op_graph
 from tvm_chiplet.passes.analysis.op_graph import OpGraph
 from tvm_chiplet.passes.annotate_placement import AnnotatePlacement
-from tvm_chiplet.passes.distribute_tensors import DistributedSplit, distribute_and_reduce
+from tvm_chiplet.passes.distribute_tensors import (
+    DistributedSplit,
+    distribute_and_reduce,
+    planned_clusters,
+    prepare_for_splits,
+)
 from tvm_chiplet.passes.planners import Planner, PlanningProblem, get_planner
 from tvm_chiplet.passes.planners.base import WorkloadSimulator
 from tvm_chiplet.passes.planners.layouts import check_groups
 from tvm_chiplet.passes.planners.placement import Placement, PlanningError
 from tvm_chiplet.passes.reduce_graph import ReduceGraph
-from tvm_chiplet.passes.split_operators import find_anchors
+from tvm_chiplet.passes.split_operators import anchor_bindings, find_anchors
 from tvm_chiplet.targets.system import ChipletSystem
 from tvm_chiplet.targets.topology import Topology
 
@@ -36,6 +41,19 @@ def anchor_op_ids(graph: OpGraph) -> list[int]:
     ]
 
 
+def anchor_ops_by_data_flow(mod: tvm.IRModule, num_ops: int,
+                            target: str | tvm.target.Target = "llvm") -> list[int]:
+    """The op of ``ReduceGraph(mod)`` (``num_ops`` ops) holding each conv2d / matmul of the
+    prepared ``mod``, matched by data flow (:func:`~.distribute_tensors.planned_clusters`), for
+    when fused op names do not tell (e.g. a ``conv2d_transpose`` op, whose name holds
+    ``conv2d``). Empty unless every anchor is found in an op of its own."""
+    op_of = planned_clusters(mod, list(range(num_ops)), target)
+    found = [op_of.get(binding.var) for binding, _ in anchor_bindings(mod)]
+    if None in found or len(set(found)) != len(found):
+        return []
+    return found
+
+
 def split_problem(mod: tvm.IRModule, reduced: tvm.IRModule, system: ChipletSystem,
                   simulator: WorkloadSimulator | None = None,
                   target: str | tvm.target.Target = "llvm") -> tuple[PlanningProblem, list[int]]:
@@ -48,8 +66,14 @@ def split_problem(mod: tvm.IRModule, reduced: tvm.IRModule, system: ChipletSyste
     ``problem.realise``).
     """
     graph = extract_op_graph(reduced, system.device_dtype)
+    # Anchors are numbered as DistributeTensors numbers them: after constant folding, which
+    # removes the conv2d / matmul ops of weights only (e.g. the gates of an imported LSTM), as
+    # ReduceGraph does.
+    mod = prepare_for_splits(mod)
     anchors = find_anchors(mod)
     op_ids = anchor_op_ids(graph)
+    if anchors and len(op_ids) != len(anchors):
+        op_ids = anchor_ops_by_data_flow(mod, len(graph.ops), target)
     if len(op_ids) != len(anchors):
         # Not the high-level module (e.g. already legalized): nothing can be split.
         return PlanningProblem(graph, system, Topology(system), simulator=simulator), op_ids

@@ -6,6 +6,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from tvm_chiplet.passes.analysis.batch_axis import batch_axis_break
 from tvm_chiplet.passes.attrs import CALL_TIR
 from tvm_chiplet.passes.planners.placement import PlanningError
 
@@ -109,6 +110,14 @@ class ReplicateDataParallel:
                 raise PlanningError("data-parallel needs 'main' made of dataflow blocks")
         if replicas == 1:
             return mod
+        broken = batch_axis_break(main)
+        if broken:
+            raise PlanningError(
+                f"data-parallel cuts the inputs along axis 0 and runs a copy of the model on "
+                f"each slice, which needs every op to treat axis 0 as a batch of independent "
+                f"samples, but {broken}; use the pipeline strategy (or another that does not "
+                "replicate), or export the model with a leading batch axis"
+            )
         sizes = replica_batches(batch, replicas)
         builder = relax.BlockBuilder(mod)
         params = [relax.Var(p.name, p.ty) for p in main.params]
@@ -131,14 +140,18 @@ class ReplicateDataParallel:
                                     else builder.emit_output)
                             mapping[binding.var] = emit(value, binding.var.name)
                     result = rebatch.visit_expr(main.body.body)
+                    if isinstance(result, relax.Var) and isinstance(result.ty,
+                                                                    tvm.ir.TupleType):
+                        result = relax.Tuple([builder.emit(relax.TupleGetItem(result, i))
+                                              for i in range(len(result.ty.fields))])
                     fields = result.fields if isinstance(result, relax.Tuple) else [result]
                     results.append([
                         f if isinstance(f, relax.Var) and not isinstance(f, relax.DataflowVar)
                         else builder.emit_output(f)
                         for f in fields
                     ])
-            output = builder.emit(_concat_results(results, isinstance(main.body.body,
-                                                                      relax.Tuple)))
+            output = builder.emit(_concat_results(
+                results, isinstance(main.body.body.ty, tvm.ir.TupleType)))
             builder.emit_func_output(output)
         replicated = builder.get()
         gvar = replicated.get_global_var("__replicated_main")

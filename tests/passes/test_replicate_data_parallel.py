@@ -107,3 +107,22 @@ def test_planner_refuses_a_module_that_was_not_replicated():
                               simulator=simulate_workload)
     with pytest.raises(PlanningError, match="rebuilt by ReplicateDataParallel"):
         DataParallelPlanner().plan(problem)
+
+
+@I.ir_module
+class SoftmaxOverBatch:
+    @R.function
+    def main(x: R.Tensor((4, 3), "float32")) -> R.Tensor((4, 3), "float32"):
+        with R.dataflow():
+            y = R.nn.softmax(x, axis=0)
+            R.output(y)
+        return y
+
+
+def test_a_model_that_mixes_samples_is_refused_naming_the_op():
+    """Copies of a softmax over axis 0 would each normalise their own slice: a wrong answer of
+    the right shape. The pass names the op instead."""
+    with pytest.raises(PlanningError, match=r"relax.nn.softmax \(y\) works along axis 0.*"
+                                            r"pipeline strategy"):
+        ReplicateDataParallel(replicas=2)(SoftmaxOverBatch)
+    assert ReplicateDataParallel(replicas=2)(Flatten)["main"] is not None

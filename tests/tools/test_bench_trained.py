@@ -17,6 +17,7 @@ from tvm_chiplet.tools.bench.trained import (
     relative_error,
     rows_of,
     run_models,
+    strategy_path,
     summary_lines,
     write,
 )
@@ -93,3 +94,28 @@ def test_run_models_in_workers_and_write_csv_and_markdown(tmp_path):
         assert [row["model"] for row in csv.DictReader(handle)] == ["tiny"]
     report = (tmp_path / "trained.md").read_text()
     assert "| matches onnxruntime | 1 | 1 |" in report
+
+
+def test_each_strategy_is_measured_and_reported_with_its_failures(tmp_path):
+    path = tmp_path / "tiny.onnx"
+    onnx.save(tiny_model(), path)
+    model = TrainedModel("tiny", "test model", "tiny==1.0", "tiny.onnx", "MIT", {"x": [2, 8]})
+    strategies = ("single", "data-parallel")
+    assert measure(Case("tiny", str(path), model.shapes), strategy_path("single"),
+                   "chiplet/cluster-4")["status"] == "match"
+    ok = {"status": "match", "max_rel_err": 1e-7, "scale": 1.0, "error": "", "notes": "",
+          "seconds": 1.0}
+    refused = {**ok, "status": "compile", "max_rel_err": None,
+               "error": "PlanningError: data-parallel needs a batch"}
+    measured = {(0, "plain"): ok, (0, "chiplet"): ok, (0, strategy_path("single")): ok,
+                (0, strategy_path("data-parallel")): refused}
+    rows = rows_of([model], [str(path)], measured, strategies)
+    assert rows[0]["single_status"] == "match" and rows[0]["data-parallel_status"] == "compile"
+    write(str(tmp_path), rows, summary_lines(rows, 1.0, "chiplet/cluster-4", 1e-4, 1, True,
+                                             strategies), strategies)
+    report = (tmp_path / "trained.md").read_text()
+    assert "| single | 1 | 0 | 0 |" in report and "| data-parallel | 0 | 0 | 1 |" in report
+    assert "| tiny | data-parallel | compile fails |  | PlanningError: data-parallel needs" \
+        in report
+    with open(tmp_path / "trained.csv") as handle:
+        assert next(csv.DictReader(handle))["data-parallel_status"] == "compile"

@@ -146,9 +146,9 @@ def run_plain(test: NodeTest, stages: list[str] | None = None,
 
 
 def run_chiplet(test: NodeTest, target: str = DEFAULT_TARGET, stages: list[str] | None = None,
-                notes: list[str] | None = None) -> list:
+                notes: list[str] | None = None, strategy: str | None = None) -> list:
     """The test's outputs on the chiplet path: :func:`tvm_chiplet.build` with the inputs' shapes
-    as ``input_shapes``, then the host executor.
+    as ``input_shapes`` (and ``strategy``, default the target's), then the host executor.
 
     ``stages``, when given, gets ``"build"`` (import, planning and compilation) and ``"run"``
     appended as each starts; ``notes`` gets the build's import notes (what folding did)."""
@@ -159,7 +159,7 @@ def run_chiplet(test: NodeTest, target: str = DEFAULT_TARGET, stages: list[str] 
               for name, value in zip(test.input_names, test.inputs, strict=True)
               if isinstance(value, np.ndarray | np.generic)}
     stages.append("build")
-    module = tvm_chiplet.build(test.model, target=target, input_shapes=shapes)
+    module = tvm_chiplet.build(test.model, target=target, input_shapes=shapes, strategy=strategy)
     if notes is not None:
         notes.extend(module.plan["import_notes"])
     stages.append("run")
@@ -284,17 +284,18 @@ Result = tuple[object, tuple[str, str] | None]
 def run_jobs(items: list, job: Callable, target: str = DEFAULT_TARGET, jobs: int = 2,
              timeout: float = 120.0, progress=print,
              on_result: Callable[[int, str, Result], None] | None = None,
-             label: str = "conformance") -> tuple[dict[tuple[int, str], Result], bool]:
-    """Run ``job(item, path, target)`` for every item (with a ``name``) and path of
-    :data:`PATHS` in ``jobs`` worker processes, each within ``timeout`` seconds from when its
-    worker gets it (a run that overruns or crashes its worker fails with ``Timeout`` or
+             label: str = "conformance", paths: tuple[str, ...] = PATHS
+             ) -> tuple[dict[tuple[int, str], Result], bool]:
+    """Run ``job(item, path, target)`` for every item (with a ``name``) and path of ``paths``
+    (default :data:`PATHS`) in ``jobs`` worker processes, each within ``timeout`` seconds from
+    when its worker gets it (a run that overruns or crashes its worker fails with ``Timeout`` or
     ``WorkerCrash``, and the worker is replaced). ``job`` is a module-level function.
 
     Returns the :data:`Result` of each ``(item index, path)`` that finished, and whether the
     run completed (False after Ctrl-C). ``on_result`` is called as each result comes in.
     """
     context = multiprocessing.get_context("spawn")
-    pending = [(index, path) for index in range(len(items)) for path in PATHS]
+    pending = [(index, path) for index in range(len(items)) for path in paths]
     pending.reverse()
     results: dict[tuple[int, str], Result] = {}
     folder = tempfile.TemporaryDirectory(prefix=f"{label}-")

@@ -1,7 +1,8 @@
 """Trained models from public packages: plain TVM and the chiplet path against onnxruntime.
 
 Usage: ``python -m tvm_chiplet.tools.bench.trained [--cache DIR] [--out DIR] [--models REGEX]
-[--target chiplet/cluster-4] [--timeout 900] [--jobs N] [--rtol 1e-4] [--seed 0]``
+[--target chiplet/cluster-4] [--strategies pipeline,tensor-parallel,...] [--synthetic]
+[--timeout 900] [--jobs N] [--rtol 1e-4] [--seed 0]``
 
 The models are ONNX files that PyPI packages ship inside their wheels (:data:`MODELS`: OCR
 detectors, recognisers and classifiers, a file-type classifier, YOLO-style detectors, a
@@ -18,7 +19,13 @@ last two with the conformance bench's runners (:mod:`tvm_chiplet.tools.bench.con
 worker processes with a per-run timeout. The error of an output is ``max |tvm - onnxruntime| / max
 |onnxruntime|``; a path matches when every output's error is within ``--rtol``. A failure is
 reported with its stage (import, compile, run) and its cause, classified as the conformance
-bench classifies them. Writes ``trained.csv`` and ``trained.md`` into ``--out``.
+bench classifies them. With ``--strategies`` (names of ``tvm_chiplet.passes.planners.PLANNERS``,
+or ``all``) each model also runs on the chiplet path once per listed strategy (path
+``chiplet:<strategy>``), and the report counts, per strategy, the models that match, differ
+and fail, with each failure's stage and cause. ``--synthetic`` runs the small op patterns of
+:mod:`tvm_chiplet.tools.bench.patterns` instead (grouped convs, 1-D matmuls, LSTM / GRU...).
+Writes ``trained.csv`` and ``trained.md`` into
+``--out``.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
+from tvm_chiplet.passes.planners import PLANNERS
 from tvm_chiplet.tools.bench.conformance import (
     DEFAULT_TARGET,
     PATHS,
@@ -46,6 +54,7 @@ from tvm_chiplet.tools.bench.conformance import (
     run_jobs,
     run_plain,
 )
+from tvm_chiplet.tools.bench.patterns import PATTERNS
 from tvm_chiplet.tools.bench.tables import markdown_table, write_csv
 from tvm_chiplet.tools.frontends import graph_inputs
 
@@ -237,7 +246,8 @@ def relative_error(output, expected: np.ndarray) -> float:
 
 def measure(case: Case, path: str, target: str = DEFAULT_TARGET,
             rtol: float = DEFAULT_RTOL) -> dict:
-    """Run ``case`` on ``path`` (``"plain"`` or ``"chiplet"``) and on onnxruntime.
+    """Run ``case`` on ``path`` (``"plain"``, ``"chiplet"`` or ``"chiplet:<strategy>"``) and on
+    onnxruntime.
 
     Returns ``status`` (``match``, ``mismatch``, or the stage that failed: ``reference``,
     ``import``, ``compile``, ``run``), ``max_rel_err`` (the largest :func:`relative_error` of
@@ -268,7 +278,7 @@ def measure(case: Case, path: str, target: str = DEFAULT_TARGET,
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             outputs = (run_plain(test, stages, static_shapes=True) if path == "plain"
-                       else run_chiplet(test, target, stages, notes))
+                       else run_chiplet(test, target, stages, notes, strategy_of(path)))
     except Exception as err:  # every failure is a result to report
         stage = stages[-1] if stages else "import"
         if stage == "build":  # the chiplet path's import, planning and compilation
@@ -283,6 +293,16 @@ def measure(case: Case, path: str, target: str = DEFAULT_TARGET,
             "scale": scale, "notes": "; ".join(notes), "seconds": time.monotonic() - started}
 
 
+def strategy_path(strategy: str) -> str:
+    """The path that runs the chiplet path with ``strategy``."""
+    return f"chiplet:{strategy}"
+
+
+def strategy_of(path: str) -> str | None:
+    """The strategy of a ``chiplet:<strategy>`` path (None: the target's default)."""
+    return path.split(":", 1)[1] if path.startswith("chiplet:") else None
+
+
 def _measure_job(case: Case, path: str, target: str) -> dict:
     """:func:`measure` as a worker job (rtol is applied by the parent)."""
     return measure(case, path, target, rtol=float("inf"))
@@ -290,9 +310,11 @@ def _measure_job(case: Case, path: str, target: str) -> dict:
 
 def run_models(cases: list[Case], target: str = DEFAULT_TARGET, jobs: int = 1,
                timeout: float = 900.0, rtol: float = DEFAULT_RTOL,
-               progress=print) -> tuple[dict[tuple[int, str], dict], bool]:
-    """:func:`measure` every case on both paths in worker processes (a run that overruns
-    ``timeout`` or crashes its worker is status ``timeout`` or ``crash``).
+               progress=print, strategies: tuple[str, ...] = ()
+               ) -> tuple[dict[tuple[int, str], dict], bool]:
+    """:func:`measure` every case on both paths, and on the chiplet path with each of
+    ``strategies``, in worker processes (a run that overruns ``timeout`` or crashes its worker
+    is status ``timeout`` or ``crash``).
 
     Returns the measurement of each ``(case index, path)`` and whether the run completed."""
 
@@ -315,8 +337,9 @@ def run_models(cases: list[Case], target: str = DEFAULT_TARGET, jobs: int = 1,
         seconds = f" ({value['seconds']:.0f} s)" if value["seconds"] is not None else ""
         progress(f"[trained] {cases[index].name} ({path}): {value['status']}{error}{seconds}")
 
+    paths = (*PATHS, *(strategy_path(s) for s in strategies))
     _, completed = run_jobs(cases, _measure_job, target, jobs, timeout, progress,
-                            on_result=report, label="trained")
+                            on_result=report, label="trained", paths=paths)
     return measured, completed
 
 
@@ -328,11 +351,13 @@ STATUS_TEXT = {
 
 
 def rows_of(models: list[TrainedModel], paths: list[str],
-            measured: dict[tuple[int, str], dict]) -> list[dict]:
-    """One CSV row per model that finished on both paths."""
+            measured: dict[tuple[int, str], dict], strategies: tuple[str, ...] = ()
+            ) -> list[dict]:
+    """One CSV row per model that finished on both paths and every strategy's path."""
     rows = []
+    runs = (*PATHS, *(strategy_path(s) for s in strategies))
     for index, model in enumerate(models):
-        if not all((index, path) in measured for path in PATHS):
+        if not all((index, path) in measured for path in runs):
             continue
         row = {"model": model.name, "kind": model.kind, "package": model.requirement,
                "licence": model.licence,
@@ -349,13 +374,42 @@ def rows_of(models: list[TrainedModel], paths: list[str],
             row[f"{path}_seconds"] = (round(value["seconds"], 1)
                                       if value["seconds"] is not None else None)
         row["chiplet_import_notes"] = measured[index, "chiplet"]["notes"]
+        for strategy in strategies:
+            value = measured[index, strategy_path(strategy)]
+            for what in ("status", "max_rel_err", "error"):
+                row[f"{strategy}_{what}"] = value[what]
         rows.append(row)
     return rows
 
 
+def strategy_lines(rows: list[dict], strategies: tuple[str, ...]) -> list[str]:
+    """The report's per-strategy part: models matched, mismatched and failed per strategy,
+    then every mismatch and failure with its stage and cause."""
+    if not strategies:
+        return []
+    counts = []
+    for strategy in strategies:
+        statuses = [row[f"{strategy}_status"] for row in rows]
+        counts.append({"strategy": strategy, "match": statuses.count("match"),
+                       "mismatch": statuses.count("mismatch"),
+                       "failed": sum(s not in ("match", "mismatch") for s in statuses)})
+    lines = ["## Strategies on the chiplet path", "", *markdown_table(counts), ""]
+    problems = [{"model": row["model"], "strategy": strategy,
+                 "status": STATUS_TEXT.get(row[f"{strategy}_status"], row[f"{strategy}_status"]),
+                 "max rel err": "" if row[f"{strategy}_max_rel_err"] is None
+                 else f"{row[f'{strategy}_max_rel_err']:.1e}",
+                 "cause": row[f"{strategy}_error"]}
+                for row in rows for strategy in strategies
+                if row[f"{strategy}_status"] != "match"]
+    if problems:
+        lines += ["### Mismatches and failures by strategy", "", *markdown_table(problems), ""]
+    return lines
+
+
 def summary_lines(rows: list[dict], seconds: float, target: str, rtol: float, total: int,
-                  completed: bool) -> list[str]:
-    """The markdown report: counts per path, one line per model, failures by cause."""
+                  completed: bool, strategies: tuple[str, ...] = ()) -> list[str]:
+    """The markdown report: counts per path, one line per model, failures by cause, and with
+    ``strategies`` the counts and failures of each (:func:`strategy_lines`)."""
     import onnxruntime
     import tvm
 
@@ -399,6 +453,7 @@ def summary_lines(rows: list[dict], seconds: float, target: str, rtol: float, to
             lines += [f"## Failures of {name}", "", *markdown_table([
                 {"model": row["model"], "stage": row[f"{path}_status"],
                  "cause": row[f"{path}_error"]} for row in failed]), ""]
+    lines += strategy_lines(rows, strategies)
     found = [row for row in rows if row["model"] in FINDINGS]
     if found:
         lines += ["## Causes of mismatches, checked by hand", "",
@@ -416,11 +471,33 @@ FIELDS = ["model", "kind", "package", "licence", "inputs", "defaulted",
             for path in PATHS), "chiplet_import_notes"]
 
 
-def write(out: str, rows: list[dict], lines: list[str]) -> None:
+def write(out: str, rows: list[dict], lines: list[str], strategies: tuple[str, ...] = ()
+          ) -> None:
     os.makedirs(out, exist_ok=True)
-    write_csv(os.path.join(out, "trained.csv"), rows, FIELDS)
+    fields = FIELDS + [f"{strategy}_{what}" for strategy in strategies
+                       for what in ("status", "max_rel_err", "error")]
+    write_csv(os.path.join(out, "trained.csv"), rows, fields)
     with open(os.path.join(out, "trained.md"), "w") as handle:
         handle.write("\n".join(lines) + "\n")
+
+
+def synthetic_models(cache: str, regex: re.Pattern | None = None
+                     ) -> tuple[list[TrainedModel], list[str]]:
+    """The synthetic op patterns (:data:`~tvm_chiplet.tools.bench.patterns.PATTERNS`) whose
+    name ``regex`` matches, each written to ``cache/patterns/<name>.onnx``, as models to
+    measure and their files."""
+    models, paths = [], []
+    for pattern in PATTERNS:
+        if regex is not None and not regex.search(pattern.name):
+            continue
+        path = os.path.join(cache, "patterns", pattern.name + ".onnx")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        onnx.save(pattern.build(), path)
+        models.append(TrainedModel(pattern.name, "synthetic op pattern", "tvm-chiplet",
+                                   path, "Apache-2.0", pattern.shapes,
+                                   int_high=pattern.int_high))
+        paths.append(path)
+    return models, paths
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -430,6 +507,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="tools/bench/results/trained")
     parser.add_argument("--models", default=None, help="run the models whose name matches")
     parser.add_argument("--target", default=DEFAULT_TARGET, help="chiplet target")
+    parser.add_argument("--strategies", default="",
+                        help="comma-separated strategies to also run the chiplet path with "
+                             f"({', '.join(PLANNERS)}), or 'all'; default none")
+    parser.add_argument("--synthetic", action="store_true",
+                        help="run the synthetic op patterns of tools/bench/patterns.py (written "
+                             "under --cache) instead of the trained models")
     parser.add_argument("--timeout", type=float, default=900.0,
                         help="seconds per model and path")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
@@ -437,22 +520,31 @@ def main(argv: list[str] | None = None) -> int:
                         help="largest relative error that matches")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     args = parser.parse_args(argv)
+    strategies = tuple(PLANNERS) if args.strategies == "all" else tuple(
+        s for s in args.strategies.split(",") if s)
+    unknown = [s for s in strategies if s not in PLANNERS]
+    if unknown:
+        parser.error(f"unknown strategies {unknown}; valid: {', '.join(PLANNERS)} or all")
     started = time.monotonic()
     cache = os.path.expanduser(args.cache)
     regex = re.compile(args.models) if args.models else None
-    models = [m for m in MODELS if regex is None or regex.search(m.name)]
-    paths = [fetch(model, cache, progress=lambda line: print(line, flush=True))
-             for model in models]
+    if args.synthetic:
+        models, paths = synthetic_models(cache, regex)
+    else:
+        models = [m for m in MODELS if regex is None or regex.search(m.name)]
+        paths = [fetch(model, cache, progress=lambda line: print(line, flush=True))
+                 for model in models]
     cases = [Case(model.name, path, model.shapes, model.values, model.int_high, args.seed)
              for model, path in zip(models, paths, strict=True)]
     print(f"[trained] {len(cases)} models from {cache}, {args.jobs} worker(s), target "
           f"{args.target}", flush=True)
     measured, completed = run_models(cases, args.target, args.jobs, args.timeout, args.rtol,
-                                     progress=lambda line: print(line, flush=True))
-    rows = rows_of(models, paths, measured)
+                                     progress=lambda line: print(line, flush=True),
+                                     strategies=strategies)
+    rows = rows_of(models, paths, measured, strategies)
     seconds = time.monotonic() - started
     write(args.out, rows, summary_lines(rows, seconds, args.target, args.rtol, len(models),
-                                        completed))
+                                        completed, strategies), strategies)
     print(f"[trained] matches: plain {sum(r['plain_status'] == 'match' for r in rows)}, "
           f"chiplet {sum(r['chiplet_status'] == 'match' for r in rows)} of {len(rows)} in "
           f"{seconds:.0f} s; wrote {args.out}/trained.csv and trained.md", flush=True)

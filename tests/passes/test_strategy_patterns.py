@@ -1,0 +1,125 @@
+"""Every strategy on the op patterns that broke one (tools/bench/patterns.py), against
+onnxruntime: matmuls with a 1-D operand, an LSTM / GRU, a ConvTranspose, several outputs."""
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import tvm
+from tvm import relax
+
+import tvm_chiplet
+from tvm_chiplet.passes import ReduceGraph
+from tvm_chiplet.passes.distribute_tensors import (
+    DistributedSplit,
+    distribute_and_reduce,
+    prepare_for_splits,
+)
+from tvm_chiplet.passes.plan_split_placement import split_problem
+from tvm_chiplet.passes.planners import PlanningError
+from tvm_chiplet.passes.split_operators import find_anchors
+from tvm_chiplet.targets.system_toml import load_system
+from tvm_chiplet.tools.bench.patterns import get_pattern
+from tvm_chiplet.tools.bench.trained import Case, random_inputs, relative_error
+from tvm_chiplet.tools.frontends import graph_inputs, load_model
+
+SPLITTING = ("tensor-parallel", "layer-sequential")
+
+
+def inputs_and_reference(name: str):
+    pattern = get_pattern(name)
+    model = pattern.build()
+    inputs = random_inputs(Case(name, model, pattern.shapes, {}, pattern.int_high), model)
+    names = [value.name for value in graph_inputs(model)]
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return pattern, model, dict(zip(names, inputs, strict=True)), session.run(None, dict(
+        zip(names, inputs, strict=True)))
+
+
+def build_and_compare(name: str, strategy: str, target: str = "chiplet/mesh-4x4") -> dict:
+    """Build the pattern with ``strategy``, run it, assert it matches onnxruntime; the plan."""
+    pattern, model, feed, expected = inputs_and_reference(name)
+    lib = tvm_chiplet.build(model, target=target, strategy=strategy, input_shapes=pattern.shapes)
+    outputs = list(lib.run(feed).outputs)
+    assert len(outputs) == len(expected)
+    for output, reference in zip(outputs, expected, strict=True):
+        assert relative_error(output, reference) <= 1e-4
+    return lib.plan
+
+
+def run_vm(mod, inputs):
+    result = relax.VirtualMachine(tvm.compile(mod, "llvm"), tvm.cpu())["main"](
+        *[tvm.runtime.tensor(v) for v in inputs])
+    return [result.numpy()] if isinstance(result, tvm.runtime.Tensor) else [
+        r.numpy() for r in result]
+
+
+@pytest.mark.parametrize("anchor, dim", [(1, "cols"), (1, "reduction"), (2, "batch"),
+                                         (2, "rows"), (4, "batch")])
+def test_splits_next_to_a_1d_matmul_operand_keep_the_numerics(anchor, dim):
+    """Anchor 1 is ``w[4] @ a[4, 6]``; anchors 2 and 4 produce ``h`` that the activation
+    matmuls ``h @ v[8]`` and ``u[6] @ h`` read sharded (their output drops an axis)."""
+    pattern, model, feed, _ = inputs_and_reference("vector-matmuls")
+    mod = prepare_for_splits(load_model(model, pattern.shapes))
+    size = find_anchors(mod)[anchor].dims[dim]
+    split = DistributedSplit(anchor, dim, tuple(range(1, 1 + min(size, 3))))
+    reduced, _ = distribute_and_reduce(mod, [split], home=0)
+    for got, want in zip(run_vm(reduced, list(feed.values())), run_vm(mod, list(feed.values())),
+                         strict=True):
+        assert relative_error(got, want) <= 1e-5
+
+
+def test_anchors_are_numbered_after_weight_only_matmuls_fold():
+    """The imported LSTM computes matmuls of weights only; they fold away before the split
+    ops are numbered, so every planned anchor is the op the plan measured."""
+    pattern, model, _, _ = inputs_and_reference("recurrent")
+    mod = load_model(model, pattern.shapes)
+    problem, op_ids = split_problem(mod, ReduceGraph()(mod), load_system("cluster-4"))
+    assert len(op_ids) == len(find_anchors(prepare_for_splits(mod))) < len(find_anchors(mod))
+    assert set(problem.split_dims) <= set(op_ids) and problem.split_dims
+
+
+@pytest.mark.parametrize("strategy", SPLITTING)
+def test_splitting_strategies_run_a_recurrent_model(strategy):
+    build_and_compare("recurrent", strategy, "chiplet/cluster-4")
+
+
+@pytest.mark.parametrize("strategy", SPLITTING)
+def test_splitting_strategies_split_convs_next_to_a_conv_transpose(strategy):
+    """TVM names a ConvTranspose ``conv2d_transpose``: the convs are still found (by data
+    flow) and split."""
+    plan = build_and_compare("conv-transpose", strategy)
+    assert plan["placement"]["notes"]["splits"] > 0
+
+
+@pytest.mark.parametrize("strategy", SPLITTING)
+def test_splitting_strategies_run_matmuls_with_1d_operands(strategy):
+    build_and_compare("vector-matmuls", strategy)
+
+
+def test_data_parallel_replicates_a_model_with_several_outputs_of_int_and_float():
+    plan = build_and_compare("multi-output-ints", "data-parallel", "chiplet/cluster-4")
+    assert plan["copies"] > 1 or len(plan["clusters_used"]) > 1
+
+
+@pytest.mark.parametrize("name, op", [("recurrent", "relax.strided_slice"),
+                                      ("vector-matmuls", "relax.matmul")])
+def test_data_parallel_refuses_a_model_whose_axis_0_is_no_batch_and_names_the_op(name, op):
+    pattern = get_pattern(name)
+    with pytest.raises(PlanningError, match=rf"{op} .*pipeline strategy"):
+        tvm_chiplet.build(pattern.build(), target="chiplet/cluster-4", strategy="data-parallel",
+                          input_shapes=pattern.shapes)
+
+
+@pytest.mark.parametrize("strategy", ["pipeline", "ilp", "modular", "fault-aware", "auto",
+                                      "single", *SPLITTING])
+def test_every_strategy_runs_an_attention_block(strategy):
+    build_and_compare("attention-block", strategy, "chiplet/cluster-4")
+
+
+def test_batch_axis_analysis_accepts_a_batched_cnn():
+    from tvm_chiplet.passes.analysis.batch_axis import batch_axis_break
+
+    pattern = get_pattern("grouped-convs")
+    mod = load_model(pattern.build(), {"x": [2, *pattern.shapes["x"][1:]]})
+    assert batch_axis_break(mod["main"]) is None
+    assert np.prod(pattern.shapes["x"]) > 0
