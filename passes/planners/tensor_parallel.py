@@ -65,11 +65,12 @@ class TensorParallelPlanner:
       ``R`` tiles, each running every ``R``-th input (:attr:`Placement.replicas`), with
       ``1 / R`` of the DRAM bandwidth.
 
-    Every layout's starting choice is estimated; the :data:`SEARCHED` most promising are
-    searched, and the whole grid always is. Their estimates (``notes["estimated_cycles"]``)
-    pick the plan; when the problem can realise and simulate plans, the :data:`JUDGED` best
-    estimated (within :data:`JUDGED_WITHIN` of the best) are simulated as built for ``batches``
-    inputs and the fastest is kept (``notes["simulated_cycles"]``).
+    Every layout's starting choice is estimated; the :data:`SEARCHED` most promising (within
+    :data:`SEARCH_WITHIN` of the fastest start) are searched, and the whole grid always is.
+    Their estimates (``notes["estimated_cycles"]``) pick the plan; when the problem can realise
+    and simulate plans, the :data:`JUDGED` best estimated (within :data:`JUDGED_WITHIN` of the
+    best) are simulated as built for ``batches`` inputs and the fastest is kept
+    (``notes["simulated_cycles"]``).
 
     When the problem can realise and simulate the plan, its streamed weights are placed in DRAM
     as simulates fastest (:func:`~.dram.fastest_dram`: interleaved, nearest controller, or
@@ -106,8 +107,11 @@ class TensorParallelPlanner:
         spaces = [self._space(problem, key, stages, copy_tiles)
                   for key, stages, copy_tiles in self._layouts(problem)]
         # Every layout's starting point is estimated; the most promising are searched.
-        spaces.sort(key=lambda space: space.estimate(space.start))
-        searched = spaces[:SEARCHED]
+        started = {space.key: space.estimate(space.start) for space in spaces}
+        spaces.sort(key=lambda space: started[space.key])
+        fastest = started[spaces[0].key]
+        searched = [space for space in spaces[:SEARCHED]
+                    if space.key == "1" or started[space.key] <= SEARCH_WITHIN * fastest]
         searched += [space for space in spaces[SEARCHED:] if space.key == "1"]
         found = {space.key: self._search(problem, space) for space in searched}
         tried = {key: cand.objective_cycles for key, cand in found.items()}
@@ -123,8 +127,7 @@ class TensorParallelPlanner:
                       for key in close}
         best = found[min(judged, key=judged.get)]
         notes = {**best.notes, "copies": best.copies, "estimated_cycles": tried,
-                 "layouts_started": {space.key: space.estimate(space.start)
-                                     for space in spaces}}
+                 "layouts_started": started}
         if judged is not tried:
             notes["simulated_cycles"] = judged
         best = dataclasses.replace(best, notes=notes)
@@ -322,7 +325,10 @@ STAGES = 16
 
 SEARCHED = 6
 """Layouts of the grid whose local search runs: those whose starting choice (every op split
-along its weights over its tile) is estimated fastest, and always the whole grid."""
+along its weights over its tile) is estimated fastest, within :data:`SEARCH_WITHIN` of the
+fastest start, and always the whole grid."""
+
+SEARCH_WITHIN = 1.5
 
 JUDGED = 2
 """Searched plans realised and simulated as built, best estimate first (each realisation
