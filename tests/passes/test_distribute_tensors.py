@@ -119,38 +119,37 @@ def test_megatron_mlp_columns_then_reduction_moves_only_the_final_sum():
     assert sorted(moved) == [(16 * 32 * 4, c, 0) for c in (1, 2, 3)]
 
 
-def test_attention_heads_stay_split_through_reshape_and_transpose():
+def split_attention(clusters):
+    """The transformer block with its query, key and value projections split by columns over
+    ``clusters``, checked against the unsplit module; its rewrite, where each binding runs, and
+    the clusters of the softmaxes."""
     mod = load_model(models.get_model("transformer-block"))
-    # The query, key and value projections split by columns = by heads (4 heads of 16).
-    splits = [DistributedSplit(a, "cols", (0, 1, 2, 3)) for a in (0, 1, 2)]
-    reduced, clusters = distribute_and_reduce(mod, splits, home=0)
+    splits = [DistributedSplit(a, "cols", tuple(clusters)) for a in (0, 1, 2)]
+    reduced, where = distribute_and_reduce(mod, splits, home=0)
     x = models.example_inputs(models.get_model("transformer-block"), seed=3)
     np.testing.assert_allclose(run(reduced, list(x.values())), run(mod, list(x.values())),
                                rtol=1e-4, atol=1e-4)
-    # Scores, softmax and context run per head on every cluster; the heads' contexts (16 x 16
-    # each) are gathered once, for the output projection that runs whole on cluster 0.
     bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
-    softmax = [c for b, c in zip(bindings, clusters, strict=True)
+    softmax = [c for b, c in zip(bindings, where, strict=True)
                if "softmax" in str(b.value.args[0])]
-    assert sorted(softmax) == [0, 1, 2, 3]
+    return reduced, where, sorted(softmax)
+
+
+def test_attention_heads_stay_split_through_reshape_and_transpose():
+    # Columns = heads (4 heads of 16). Scores, softmax and context run per head on every
+    # cluster; the heads' contexts (16 x 16 each) are gathered once, for the output projection
+    # that runs whole on cluster 0.
+    reduced, clusters, softmax = split_attention(range(4))
+    assert softmax == [0, 1, 2, 3]
     assert sorted(crossings(reduced, clusters)) == [(16 * 16 * 4, c, 0) for c in (1, 2, 3)]
 
 
 def test_parts_that_cut_through_a_head_are_recut_at_whole_heads_not_gathered():
-    mod = load_model(models.get_model("transformer-block"))
-    # 8 parts of 8 columns: each head (16 columns) spans two parts.
-    splits = [DistributedSplit(a, "cols", tuple(range(8))) for a in (0, 1, 2)]
-    reduced, clusters = distribute_and_reduce(mod, splits, home=0)
-    x = models.example_inputs(models.get_model("transformer-block"), seed=3)
-    np.testing.assert_allclose(run(reduced, list(x.values())), run(mod, list(x.values())),
-                               rtol=1e-4, atol=1e-4)
-    # The reshape to heads re-cuts the parts at whole heads on the first four clusters: every
-    # head's softmax runs on its own cluster, and no value bigger than one head's half-slice
-    # (16 rows x 8 columns) moves before the heads' contexts are gathered.
-    bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
-    softmax = [c for b, c in zip(bindings, clusters, strict=True)
-               if "softmax" in str(b.value.args[0])]
-    assert sorted(softmax) == [0, 1, 2, 3]
+    # 8 parts of 8 columns: each head (16 columns) spans two parts. The reshape to heads re-cuts
+    # them at whole heads on the first four clusters: every head's softmax runs on its own
+    # cluster, each fetching the half of its head that the next part holds.
+    reduced, clusters, softmax = split_attention(range(8))
+    assert softmax == [0, 1, 2, 3]
     recut = [m for m in crossings(reduced, clusters) if m[0] == 16 * 8 * 4]
     assert {(src, dst) for _, src, dst in recut} >= {(1, 0), (3, 1), (5, 2), (7, 3)}
 

@@ -95,6 +95,7 @@ def bench_strategy(
     placement = planner.plan(problem)
     plan_s = time.perf_counter() - started
     splits = len(placement.splits)
+    notes = placement.notes
     graph = problem.graph
     # Latency: one round (one input per copy) against the bound of one input.
     single = compare_to_bound(simulate_placement(problem, placement, 1, network, as_built=True),
@@ -103,12 +104,12 @@ def bench_strategy(
                                                    as_built=True),
                                 graph, problem.system)
     freq = problem.system.frequency_hz
-    notes = placement.notes
     return {
         "strategy": placement.strategy + (f" x{placement.copies}" if placement.copies > 1
                                           else ""),
         "clusters": len(placement.clusters_used()) * placement.copies,
         "copies": placement.copies,
+        "stages": len(placement.stage_clusters),
         "split_ops": splits,
         "dram_policy": placement.dram_policy,
         "latency_ms": 1e3 * single["simulated_cycles"] / freq,
