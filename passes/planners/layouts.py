@@ -250,23 +250,19 @@ class LayoutCosts:
     """Estimated cycles of splitting ops over :func:`allocation_groups` and of moving values
     between layouts on ``problem``'s system (see the module docstring).
 
-    ``clusters`` restricts the groups to those clusters (a tile of the grid); ``tiles`` gives
-    several disjoint tiles (the regions of a pipeline's stages), each with its own nested
-    groups: those of tile ``t`` are :attr:`groups` ``[first[t]:first[t + 1]]``, and
-    :attr:`tile_of` maps a group to its tile. ``dram_share`` is the fraction of the DRAM
-    controllers' bandwidth the ops get (``1 / R`` when ``R`` copies of the plan, or ``R``
-    stages, stream at once)."""
+    ``tiles`` gives disjoint tiles of the grid (one, ``[None]`` by default: every cluster; or
+    the regions of a pipeline's stages), each with its own nested groups: those of tile ``t``
+    are :attr:`groups` ``[first[t]:first[t + 1]]``, and :attr:`tile_of` maps a group to its
+    tile. ``dram_share`` is the fraction of the DRAM controllers' bandwidth the ops get
+    (``1 / R`` when ``R`` copies of the plan, or ``R`` stages, stream at once)."""
 
-    def __init__(self, problem: PlanningProblem, clusters: Sequence[int] | None = None,
-                 dram_share: float = 1.0, tiles: Sequence[Sequence[int]] | None = None
-                 ) -> None:
-        if tiles is not None and clusters is not None:
-            raise ValueError("give clusters (one tile) or tiles, not both")
+    def __init__(self, problem: PlanningProblem, dram_share: float = 1.0,
+                 tiles: Sequence[Sequence[int] | None] = (None,)) -> None:
         self.problem = problem
         self.groups: list[_Group] = []
         self.tile_of: list[int] = []
         self.first: list[int] = []
-        for t, tile in enumerate(tiles if tiles is not None else [clusters]):
+        for t, tile in enumerate(tiles):
             self.first.append(len(self.groups))
             for members in allocation_groups(problem.topology, tile):
                 self.groups.append(_Group(problem.topology, members))

@@ -168,8 +168,7 @@ class TensorParallelPlanner:
         pipelined over the stages."""
         stages, copies = len(tiles), len(copy_tiles or [None])
         share = 1.0 / (copies * (stages if self.batches > 1 else 1))
-        costs = (LayoutCosts(problem, tiles[0], dram_share=share) if stages == 1 else
-                 LayoutCosts(problem, tiles=tiles, dram_share=share))
+        costs = LayoutCosts(problem, dram_share=share, tiles=tiles)
         stage_of = stage_ops(problem, costs, self.max_parts) if stages > 1 else None
         inputs = math.ceil(self.batches / copies)
 
