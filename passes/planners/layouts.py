@@ -28,6 +28,7 @@ sends between the two groups' members, on the busiest link of their routes.
 from __future__ import annotations
 
 import heapq
+import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -269,6 +270,7 @@ class LayoutCosts:
                 self.tile_of.append(t)
         self.first.append(len(self.groups))
         self._per_byte: dict[tuple[Layout, Layout], tuple[float, float]] = {}
+        self._compute: dict[tuple, tuple] = {}
         system = problem.system
         efficiency = system.calibration.factor("dram") if system.calibration else 1.0
         self.dram_rate = max(sum(d.bandwidth for d in system.drams) * efficiency * dram_share,
@@ -384,23 +386,31 @@ class LayoutCosts:
         """Cycles of the slowest of ``parts`` parts of ``op`` split along ``dim`` over
         ``group`` (``dim=None``: the op runs whole, or follows its input part by part), its
         weights resident while the group's fullest member has room; records the weights."""
+        key = (op.op_id, group, parts, dim)
+        if key not in self._compute:
+            self._compute[key] = self._part_cycles(op, group, parts, dim)
+        cycles, streaming, weights, members, budget = self._compute[key]
+        if not weights:
+            return cycles
+        resident = weights_on[members].max() + weights <= budget
+        weights_on[members] += weights
+        return cycles if resident else streaming
+
+    def _part_cycles(self, op, group: int, parts: int, dim: str | None):
+        """What :meth:`compute` needs of one (op, group, parts, dim): the part's cycles with
+        its weights resident and streamed, its weight bytes, the members holding them, and
+        their weight budget."""
         g = self.groups[group]
         k = max(parts, 1)
         part_in, part_out, weights = part_bytes(op.input_bytes, op.output_bytes,
                                                 op.weight_bytes, dim, k)
-        moved = part_in + part_out + weights
-        members = g.index[:k]
-        budget = (1.0 - STREAM_BUFFER_FRACTION) * g.slowest.sram_bytes
-        resident = weights_on[members].max() + weights <= budget
-        if weights:
-            weights_on[members] += weights
-        cycles = cost_model.compute_cycles(op.flops / k, moved, g.slowest)
-        if resident or not weights:
-            return cycles
+        cycles = cost_model.compute_cycles(op.flops / k, part_in + part_out + weights, g.slowest)
         # Every part streams its weights at once: the controllers' total bandwidth bounds them.
-        system = self.problem.system
-        return cycles + max(cost_model.dram_fetch_cycles(weights, g.slowest, system),
-                            k * weights / self.dram_rate)
+        streaming = cycles + max(
+            cost_model.dram_fetch_cycles(weights, g.slowest, self.problem.system),
+            k * weights / self.dram_rate) if weights else cycles
+        budget = (1.0 - STREAM_BUFFER_FRACTION) * g.slowest.sram_bytes
+        return cycles, streaming, weights, g.index[:k], budget
 
 
 def breaks(name: str, axis: str) -> bool:
@@ -423,66 +433,132 @@ def tile_costs(costs: LayoutCosts, choice: dict[int, tuple[str, int] | str | Non
     its stage (= tile; default 0): an op that runs whole (``choice`` None, or one that cannot
     follow its input) runs on its stage's first cluster. Their sum is one input's latency;
     with one stage per tile, their largest is a pipeline's bottleneck."""
-    problem = costs.problem
-    graph = problem.graph.graph
-    ops = problem.graph.ops
-    layout: dict[int, Layout] = {}
-    weights_on = np.zeros(problem.system.num_clusters)
-    total = np.zeros(len(costs.first) - 1)
+    walk = CostWalk(costs, choice, stage_of)
+    state = walk.start()
+    walk.advance(state, choice)
+    return np.array(state.total)
 
-    def move(src: Layout, need: Layout, nbytes: float) -> None:
-        total[costs.tile_of[need.group]] += costs.move(src, need, nbytes)
 
-    def run(op, group: int, parts: int, dim: str | None) -> None:
-        total[costs.tile_of[group]] += costs.compute(op, group, parts, dim, weights_on)
+@dataclass
+class WalkState:
+    """Where a :class:`CostWalk` stands: every walked value's layout, the weight bytes each
+    cluster holds, the cycles charged to each tile, and their sum and largest."""
 
-    for op in ops:
-        home = costs.home(stage_of[op.op_id] if stage_of is not None else 0)
-        preds = [(p, graph.edges[p, op.op_id]["nbytes"]) for p in sorted(graph.predecessors(
-            op.op_id))]
-        if not op.is_compute:
-            layout[op.op_id] = layout[preds[0][0]] if preds else FREE
-            continue
-        if choice.get(op.op_id, FOLLOW) != FOLLOW:
-            chosen = choice[op.op_id]
-            data = max(preds, key=lambda e: (e[1], -e[0]))[0] if preds else None
-            if chosen is None:
-                need = out = home
-                group, parts, dim = home.group, 1, None
-            else:
-                dim, group = chosen
-                parts = costs.groups[group].size
-                axis = AXIS_OF_DIM[dim]
-                if dim in ("out_channels", "cols"):
-                    need, out = Layout("replicated", group), Layout("sharded", group, axis)
-                elif dim in REDUCTION_DIMS:
-                    need, out = Layout("sharded", group, axis), Layout("partial", group)
+    layout: dict[int, Layout]
+    weights_on: np.ndarray
+    total: list[float]
+    sum: float = 0.0
+    largest: float = 0.0
+
+    def copy(self) -> WalkState:
+        return WalkState(dict(self.layout), self.weights_on.copy(), list(self.total),
+                         self.sum, self.largest)
+
+
+class CostWalk:
+    """:func:`tile_costs` as a walk over the ops that can stop and resume, for searches that
+    change one op's choice at a time: the walk up to that op is the same for all its options
+    (a :class:`WalkState` to copy), and a walk whose cost already exceeds the best found can
+    stop, since every step only adds cycles.
+
+    ``split_ops``: the ops that ``choice`` names (the same for every choice walked; a partial
+    value's scatter axis depends on them); ``stage_of`` as in :func:`tile_costs`.
+    """
+
+    def __init__(self, costs: LayoutCosts, split_ops, stage_of: Sequence[int] | None = None
+                 ) -> None:
+        problem = costs.problem
+        graph = problem.graph.graph
+        self.costs = costs
+        self.split_ops = frozenset(split_ops)
+        self.ops = problem.graph.ops
+        self.preds, self.data, self.homes, self.broken = [], [], [], []
+        for op in self.ops:
+            preds = [(p, graph.edges[p, op.op_id]["nbytes"])
+                     for p in sorted(graph.predecessors(op.op_id))]
+            self.preds.append(preds)
+            self.data.append(max(preds, key=lambda e: (e[1], -e[0]))[0] if preds else None)
+            self.homes.append(costs.home(stage_of[op.op_id] if stage_of is not None else 0))
+            self.broken.append({axis for fragment, axis in _BREAKS if fragment in op.name})
+        self._scatter: dict[int, str] = {}
+
+    def start(self) -> WalkState:
+        """The state before the first op."""
+        return WalkState({}, np.zeros(self.costs.problem.system.num_clusters),
+                         [0.0] * (len(self.costs.first) - 1))
+
+    def advance(self, state: WalkState, choice: dict, stop: int | None = None,
+                limit: float = math.inf, weight: float = 0.0) -> bool:
+        """Walk ``state`` on over the ops before ``stop`` (default: every op, then the model's
+        outputs gathered) with ``choice``. Returns False, with ``state`` part-walked, as soon
+        as ``sum + weight * largest`` of the tiles' cycles exceeds ``limit``."""
+        costs, layout, total = self.costs, state.layout, state.total
+        tile_of = costs.tile_of
+        stopped = False
+
+        def charge(tile: int, cycles: float) -> None:
+            nonlocal stopped
+            total[tile] += cycles
+            state.sum += cycles
+            if total[tile] > state.largest:
+                state.largest = total[tile]
+            if state.sum + weight * state.largest > limit:
+                stopped = True
+
+        def move(src: Layout, need: Layout, nbytes: float) -> None:
+            charge(tile_of[need.group], costs.move(src, need, nbytes))
+
+        walked = len(layout)
+        for op in self.ops[walked:len(self.ops) if stop is None else stop]:
+            op_id = op.op_id
+            home, preds = self.homes[op_id], self.preds[op_id]
+            if not op.is_compute:
+                layout[op_id] = layout[preds[0][0]] if preds else FREE
+                continue
+            chosen = choice.get(op_id, FOLLOW)
+            if chosen != FOLLOW:
+                if chosen is None:
+                    need = out = home
+                    group, parts, dim = home.group, 1, None
                 else:
-                    need = out = Layout("sharded", group, axis)
-            for p, nbytes in preds:
-                want = need if p == data else (Layout("replicated", group) if parts > 1
-                                               else need)
-                move(layout[p], want, nbytes)
-            run(op, group, parts, dim)
-            layout[op.op_id] = out
-            continue
-        spread = [(nbytes, -p) for p, nbytes in preds
-                  if layout[p].kind in ("sharded", "partial")]
-        source = layout[-max(spread)[1]] if spread else None
-        if source is not None and source.kind == "partial":
-            follow = Layout("sharded", source.group, costs.scatter_axis(op.op_id, choice))
-        else:
-            follow = source
-        if follow is None or breaks(op.name, follow.axis):
-            follow, parts = home, 1
-        else:
-            parts = costs.groups[follow.group].size
-        for p, nbytes in preds:
-            move(layout[p], follow, nbytes)
-        run(op, follow.group, parts, None)
-        layout[op.op_id] = follow
-    for out in problem.graph.output_ops:
-        where = layout.get(out, FREE)
-        if where.kind != "free":
-            move(where, costs.home(costs.tile_of[where.group]), ops[out].output_bytes)
-    return total
+                    dim, group = chosen
+                    parts = costs.groups[group].size
+                    axis = AXIS_OF_DIM[dim]
+                    if dim in ("out_channels", "cols"):
+                        need, out = Layout("replicated", group), Layout("sharded", group, axis)
+                    elif dim in REDUCTION_DIMS:
+                        need, out = Layout("sharded", group, axis), Layout("partial", group)
+                    else:
+                        need = out = Layout("sharded", group, axis)
+                data = self.data[op_id]
+                for p, nbytes in preds:
+                    want = need if p == data else (Layout("replicated", group) if parts > 1
+                                                   else need)
+                    move(layout[p], want, nbytes)
+            else:
+                spread = [(nbytes, -p) for p, nbytes in preds
+                          if layout[p].kind in ("sharded", "partial")]
+                source = layout[-max(spread)[1]] if spread else None
+                if source is not None and source.kind == "partial":
+                    if op_id not in self._scatter:
+                        self._scatter[op_id] = costs.scatter_axis(op_id, self.split_ops)
+                    out = Layout("sharded", source.group, self._scatter[op_id])
+                else:
+                    out = source
+                if out is None or out.axis in self.broken[op_id]:
+                    out, parts = home, 1
+                else:
+                    parts = costs.groups[out.group].size
+                group, dim = out.group, None
+                for p, nbytes in preds:
+                    move(layout[p], out, nbytes)
+            charge(tile_of[group], costs.compute(op, group, parts, dim, state.weights_on))
+            layout[op_id] = out
+            if stopped:
+                return False
+        if stop is None:
+            for out_id in costs.problem.graph.output_ops:
+                where = layout.get(out_id, FREE)
+                if where.kind != "free":
+                    move(where, costs.home(tile_of[where.group]), self.ops[out_id].output_bytes)
+        return not stopped

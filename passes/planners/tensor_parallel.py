@@ -10,14 +10,19 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from collections.abc import Callable
 
 import numpy as np
 
 from tvm_chiplet.passes.planners.base import PlanningProblem
 from tvm_chiplet.passes.planners.dram import fastest_dram
 from tvm_chiplet.passes.planners.evaluate import simulate_placement
-from tvm_chiplet.passes.planners.layouts import FOLLOW, Layout, LayoutCosts, tile_costs
+from tvm_chiplet.passes.planners.layouts import (
+    FOLLOW,
+    CostWalk,
+    Layout,
+    LayoutCosts,
+    WalkState,
+)
 from tvm_chiplet.passes.planners.partition import min_bottleneck_partition
 from tvm_chiplet.passes.planners.placement import OpSplit, Placement, PlanningError
 from tvm_chiplet.targets.workload import STREAM_BUFFER_FRACTION
@@ -170,39 +175,41 @@ class TensorParallelPlanner:
         share = 1.0 / (copies * (stages if self.batches > 1 else 1))
         costs = LayoutCosts(problem, dram_share=share, tiles=tiles)
         stage_of = stage_ops(problem, costs, self.max_parts) if stages > 1 else None
-        inputs = math.ceil(self.batches / copies)
-
-        def estimate(choice) -> float:
-            per_tile = tile_costs(costs, choice, stage_of)
-            return float(per_tile.sum() + (inputs - 1) * per_tile.max())
-
         options = {op_id: self._options(costs, dims, costs.tile_groups(
                        stage_of[op_id] if stage_of is not None else 0),
                        follows=not problem.graph.ops[op_id].weight_bytes)
                    for op_id, dims in sorted(problem.split_dims.items())}
         start = {op_id: opts[-1] for op_id, opts in options.items()}
-        return _Space(key, costs, stage_of, options, start, estimate, copy_tiles)
+        return _Space(key, CostWalk(costs, options, stage_of), math.ceil(self.batches / copies),
+                      stage_of, options, start, copy_tiles)
 
     def _search(self, problem: PlanningProblem, space: _Space) -> Placement:
-        """The local search of ``space`` from its start; its copies on their tiles."""
-        choice, options = dict(space.start), space.options
+        """The local search of ``space`` from its start; its copies on their tiles. Each op's
+        options resume the walk from the state before the op, and stop once they cost more
+        than the best so far: the result is that of walking every option whole."""
+        choice, options, walk = dict(space.start), space.options, space.walk
         best = space.estimate(choice)
         sweeps = 0
         for sweeps in range(1, self.sweeps + 1):  # noqa: B007 (reported below)
             gained = False
+            before = walk.start()  # the walk up to the op whose options are tried
             for op_id, opts in options.items():
+                walk.advance(before, choice, stop=op_id)
                 kept = choice[op_id]
                 for option in opts:
                     if option == kept:
                         continue
                     choice[op_id] = option
-                    cost = space.estimate(choice)
-                    if cost < best * (1 - 1e-9):
-                        best, kept, gained = cost, option, True
+                    state = before.copy()
+                    limit = best * (1 - 1e-9)
+                    if walk.advance(state, choice, limit=limit, weight=space.inputs - 1):
+                        cost = space.value(state)
+                        if cost < limit:
+                            best, kept, gained = cost, option, True
                 choice[op_id] = kept
             if not gained:
                 break
-        costs, stage_of = space.costs, space.stage_of
+        costs, stage_of = space.walk.costs, space.stage_of
         stages = len(costs.first) - 1
         groups = [g.members for g in costs.groups]
         splits = tuple(OpSplit(op_id, dim, groups[group])
@@ -252,16 +259,28 @@ class TensorParallelPlanner:
 
 @dataclasses.dataclass
 class _Space:
-    """One layout's search: its key, costs, stages, options per op, starting choice, estimate
-    of a choice, and the tiles its copies run on (None: no copies)."""
+    """One layout's search: its key, the walk of its costs, the inputs each copy runs, the
+    stage of every op, options per op, starting choice, and the tiles its copies run on
+    (None: no copies). A choice's estimate: the inputs one after another, pipelined over the
+    stages (one input's cycles plus ``inputs - 1`` times the busiest tile's)."""
 
     key: str
-    costs: LayoutCosts
+    walk: CostWalk
+    inputs: int
     stage_of: list[int] | None
     options: dict
     start: dict
-    estimate: Callable[[dict], float]
     copy_tiles: list[list[int]] | None
+
+    def value(self, state: WalkState) -> float:
+        """The estimate of a finished walk."""
+        per_tile = np.array(state.total)
+        return float(per_tile.sum() + (self.inputs - 1) * per_tile.max())
+
+    def estimate(self, choice: dict) -> float:
+        state = self.walk.start()
+        self.walk.advance(state, choice)
+        return self.value(state)
 
 
 def snake_tiles(problem: PlanningProblem, tiles: list[list[int]]) -> list[list[int]]:

@@ -9,6 +9,7 @@ from tvm_chiplet.passes.planners import PlanningProblem
 from tvm_chiplet.passes.planners.layouts import (
     FOLLOW,
     HOME,
+    CostWalk,
     Layout,
     LayoutCosts,
     allocation_groups,
@@ -154,6 +155,25 @@ def test_tile_costs_charge_each_op_to_the_tile_it_runs_on():
     single = costs()
     plain = {0: ("out_channels", 4), 1: ("in_channels", 4), 2: ("out_channels", 4)}
     assert tile_costs(single, plain).sum() == pytest.approx(plan_cost(single, plain))
+
+
+def test_a_walk_resumed_from_an_op_costs_what_the_whole_walk_costs_and_stops_past_a_limit():
+    c = costs()
+    plain = {0: ("out_channels", 4), 1: ("in_channels", 4), 2: ("out_channels", 4)}
+    changed = {**plain, 2: ("rows", 3)}
+    walk = CostWalk(c, plain)
+    before = walk.start()
+    walk.advance(before, plain, stop=2)  # ops 0 and 1, as every option of op 2 starts
+    for choice in (plain, changed):
+        state = before.copy()
+        assert walk.advance(state, choice)
+        assert state.total == pytest.approx(list(tile_costs(c, choice)))
+    # Every step adds cycles: a walk stops once it exceeds the limit, a walk under it does not.
+    whole = plan_cost(c, changed)
+    assert not walk.advance(before.copy(), changed, limit=0.5 * whole)
+    assert walk.advance(before.copy(), changed, limit=1.01 * whole)
+    # The weighted limit counts the busiest tile again for every further input.
+    assert not walk.advance(walk.start(), changed, limit=1.5 * whole, weight=1.0)
 
 
 def test_groups_on_a_faulty_grid_stay_connected_and_full_grids_keep_the_z_order():
