@@ -92,11 +92,16 @@ class TensorParallelPlanner:
     batches : int, default 1
         Inputs the plan is for: 1 plans for latency; more also tries copies on tiles and
         weighs a pipeline's stages by its steady state.
+    cutoff : float, optional
+        Cycles (of ``batches`` inputs) above which the plan cannot win where it is compared
+        (``auto`` sets it): when the best estimate exceeds it, the plan is returned neither
+        realised nor simulated, with ``notes["above_cutoff"]``.
     """
 
     name = "tensor-parallel"
 
-    def __init__(self, max_parts: int | None = None, sweeps: int = 4, batches: int = 1) -> None:
+    def __init__(self, max_parts: int | None = None, sweeps: int = 4, batches: int = 1,
+                 cutoff: float | None = None) -> None:
         if max_parts is not None and max_parts < 1:
             raise PlanningError(f"max_parts must be >= 1, got {max_parts}")
         if sweeps < 1:
@@ -106,6 +111,7 @@ class TensorParallelPlanner:
         self.max_parts = max_parts or MAX_PARTS
         self.sweeps = sweeps
         self.batches = batches
+        self.cutoff = cutoff
 
     def plan(self, problem: PlanningProblem) -> Placement:
         _require_split_dims(problem, self.name)
@@ -121,6 +127,11 @@ class TensorParallelPlanner:
         found = {space.key: self._search(problem, space) for space in searched}
         tried = {key: cand.objective_cycles for key, cand in found.items()}
         judged = tried
+        if self.cutoff is not None and min(tried.values()) > self.cutoff:
+            best = found[min(tried, key=tried.get)]
+            return dataclasses.replace(best, notes={
+                **best.notes, "copies": best.copies, "estimated_cycles": tried,
+                "layouts_started": started, "above_cutoff": self.cutoff})
         if problem.simulator is not None and problem.realise is not None and len(found) > 1:
             # The estimate is rough (no contention beyond a collective's own messages, DRAM as
             # one pool): the best few are realised and simulated as built. (Simulated before

@@ -160,10 +160,30 @@ def test_auto_never_prunes_a_candidate_its_planner_realised_and_simulated(resnet
                                                                           monkeypatch):
     _, problem = resnet18_problem
     monkeypatch.setattr(auto, "PRUNE_FACTOR", 1e-9)  # would prune anything estimated
+    monkeypatch.setattr(auto, "ESTIMATE_CUTOFF", float("inf"))
     placement = AutoPlanner([PipelinePlanner(batches=64), TensorParallelPlanner(batches=64)],
                             batches=64).plan(problem)
     rows = {row["strategy"]: row for row in placement.notes["auto"]["candidates"]}
     assert "pruned" not in rows["tensor-parallel"] and rows["tensor-parallel"]["cycles"] > 0
+
+
+def test_auto_runs_a_planner_with_a_cutoff_last_and_does_not_realise_what_it_puts_behind(
+        resnet18_problem, monkeypatch):
+    _, problem = resnet18_problem
+    realised = []
+
+    def realise(placement):
+        realised.append(placement.strategy)
+        return problem.realise(placement)
+
+    counting = dataclasses.replace(problem, realise=realise)
+    monkeypatch.setattr(auto, "ESTIMATE_CUTOFF", 1e-9)  # any estimate is far behind
+    placement = AutoPlanner([TensorParallelPlanner(batches=64), PipelinePlanner(batches=64)],
+                            batches=64).plan(counting)
+    rows = placement.notes["auto"]["candidates"]
+    assert [row["strategy"] for row in rows] == ["pipeline", "tensor-parallel"]
+    assert "its planner estimates" in rows[1]["pruned"]
+    assert "tensor-parallel" not in realised and placement.strategy == "auto:pipeline"
 
 
 @pytest.mark.parametrize(("objective", "score"), [

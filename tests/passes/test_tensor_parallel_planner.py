@@ -1,5 +1,6 @@
 """Planners that split ops: tensor-parallel, layer-sequential; and how splits are simulated."""
 
+import dataclasses
 from itertools import pairwise
 
 import pytest
@@ -124,6 +125,27 @@ def test_for_many_inputs_on_a_large_grid_copies_of_a_tile_plan_win():
     assert estimates[str(many.copies)] == min(estimates.values())
     # The tile plan's splits stay inside the tile.
     assert all(set(s.clusters) <= used for s in many.splits)
+
+
+def test_a_plan_estimated_above_the_cutoff_is_neither_realised_nor_simulated():
+    calls = []
+
+    def simulator(*args, **kwargs):
+        calls.append(1)
+        return simulate_workload(*args, **kwargs)
+
+    base = problem(8)  # realised as planned
+    p = dataclasses.replace(base, simulator=simulator,
+                            realise=lambda placement: (base.graph, placement))
+    free = TensorParallelPlanner(batches=4).plan(p)
+    assert calls and "above_cutoff" not in free.notes
+    calls.clear()
+    best = min(free.notes["estimated_cycles"].values())
+    cut = TensorParallelPlanner(batches=4, cutoff=0.5 * best).plan(p)
+    assert calls == [] and cut.notes["above_cutoff"] == 0.5 * best
+    assert cut.objective_cycles == best
+    # A cutoff above the best estimate changes nothing.
+    assert TensorParallelPlanner(batches=4, cutoff=2 * best).plan(p).splits == free.splits
 
 
 def test_batches_must_be_positive():
