@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import hashlib
 import itertools
 import math
 import os
@@ -109,6 +110,11 @@ class StreamingVariant:
     max_width: int | None = None
 
 
+ORDERED_COMBOS = 2
+"""(streaming variant, region width) pairs whose candidates also run on the other cluster
+orders of :func:`candidate_orders`: those whose candidates on the topology's order simulate
+fastest (pairs whose stages there are the same count once)."""
+
 STREAMING_VARIANTS = (
     StreamingVariant("interleave"),
     StreamingVariant("balanced"),
@@ -134,9 +140,10 @@ class PipelinePlanner:
     When that split leaves weights streaming from DRAM (they overflow the total SRAM, or one
     stage's ops hold more than its cluster's SRAM), streaming dominates: then the planner also
     runs :func:`~tvm_chiplet.passes.planners.partition.min_streaming_partition` (stages of one
-    or more clusters balancing compute against DRAM traffic, pipeline fill included) over
-    several cluster orders (:func:`candidate_orders`), region widths and stream-rate models
-    (:data:`STREAMING_VARIANTS`); each candidate is kept as is and with its weights placed in
+    or more clusters balancing compute against DRAM traffic, pipeline fill included) for
+    every region width and stream-rate model (:data:`STREAMING_VARIANTS`) on the topology's
+    order, then for the :data:`ORDERED_COMBOS` fastest of those on the other cluster orders
+    (:func:`candidate_orders`); each candidate is kept as is and with its weights placed in
     DRAM by :func:`~tvm_chiplet.passes.planners.dram.balance_dram`, and the candidate the device
     simulator finds fastest for ``batches`` pipelined inputs wins.
 
@@ -258,42 +265,85 @@ class PipelinePlanner:
                                                      problem.system)):
             return best
 
-        candidates = [best]
-        # The DP's model is rough (regions, fetch/compute overlap): variants are candidates.
+        # The DP's model is rough (regions, fetch/compute overlap): every streaming variant and
+        # region width is a candidate on the topology's order, and the best few of them
+        # (simulated) also on the other orders.
         widths = sorted({1, min(2, self.max_region), self.max_region})
-        runs = []
-        for variant in STREAMING_VARIANTS:
+        combos = [(variant, width) for variant in STREAMING_VARIANTS for width in widths
+                  if variant.max_width is None or width <= variant.max_width]
+        candidates, cycles = [best], [None]
+        found = self._streaming_runs(problem, [(v, w, order) for v, w in combos], boundary)
+        for cands in found.values():
+            candidates += cands
+        self._simulate(problem, candidates, cycles)
+        if self.other_orders:
+            def fastest(combo):
+                return min((cycles[candidates.index(c)] for c in found[combo]),
+                           default=math.inf)
+
+            # Variants that solve to the same stages on this order count once.
+            ranked, seen = [], set()
+            for combo in sorted(combos, key=fastest):
+                same = (found[combo][:1] and found[combo][0].op_stage, combo[0].lend,
+                        found[combo][:1] and found[combo][0].splits)
+                if same not in seen:
+                    seen.add(same)
+                    ranked.append(combo)
+            ranked = ranked[:ORDERED_COMBOS]
+            runs = [(variant, width, self._allowed(other)) for variant, width in ranked
+                    for other in candidate_orders(problem, stream_rates(problem, variant.policy))
+                    if self._allowed(other) != order]
+            for cands in self._streaming_runs(problem, runs, boundary).values():
+                candidates += cands
+            self._simulate(problem, candidates, cycles)
+        pick = int(np.argmin(cycles))
+        notes = {**candidates[pick].notes, "candidates": len(candidates),
+                 "simulated_cycles": cycles[pick], "compute_dp_cycles": cycles[0]}
+        return dataclasses.replace(candidates[pick], notes=notes)
+
+    def _simulate(self, problem: PlanningProblem, candidates: list, cycles: list) -> None:
+        """Extend ``cycles`` with the simulated cycles of the ``candidates`` after them and of
+        those it holds None for, for the planner's inputs, on the usable cores."""
+        cycles += [None] * (len(candidates) - len(cycles))
+        todo = [i for i, value in enumerate(cycles) if value is None]
+        with concurrent.futures.ThreadPoolExecutor(_usable_cores()) as pool:
+            found = list(pool.map(lambda i: float(simulate_placement(
+                problem, candidates[i], self.batches).total_cycles), todo))
+        for i, value in zip(todo, found, strict=True):
+            cycles[i] = value
+
+    def _streaming_runs(self, problem: PlanningProblem, runs, boundary) -> dict:
+        """The candidates of streaming DP runs ``(variant, width, order)``: each run's stages,
+        as they are and with their weights placed by
+        :func:`~tvm_chiplet.passes.planners.dram.balance_dram`, by ``(variant, width)``.
+
+        A run depends on its inputs alone, so runs whose inputs are equal (orders that are
+        images of each other on a symmetric grid) are solved once and their stages mapped to
+        each order, and another call on the problem (another planner's) reuses them."""
+        keyed = []
+        for variant, width, order in runs:
             rate = stream_rates(problem, variant.policy)
-            orders = [self._allowed(o) for o in candidate_orders(problem, rate)] \
-                if self.other_orders else [order]
-            scaled = {c: r * variant.rate_scale for c, r in rate.items()}
-            allowed = [w for w in widths if variant.max_width is None or w <= variant.max_width]
-            for cand_order, width in itertools.product(orders, allowed):
-                runs.append((problem, cand_order, boundary(cand_order), scaled, variant, width))
-        # A run depends on the problem and these alone: another call on the problem (another
-        # planner's, over other orders) reuses the runs they share.
-        keys = [("pipeline streaming", tuple(run[1]), run[4], run[5], self.max_stages,
-                 self.batches, self.clusters) for run in runs]
-        todo = [(key, run) for key, run in zip(keys, runs, strict=True)
-                if key not in problem.memo]
+            inputs = self._streaming_inputs(problem, order, boundary(order), rate, variant)
+            digest = hashlib.sha1(repr((variant, width, self.max_stages, self.batches)).encode())
+            for array in inputs:
+                digest.update(np.ascontiguousarray(array).tobytes())
+            keyed.append((("pipeline streaming", digest.hexdigest()), variant, width, inputs))
+        todo = {key: (variant, width, inputs) for key, variant, width, inputs in keyed
+                if key not in problem.memo}
         # numpy releases the GIL in the DP's array work: the runs share the cores.
         with concurrent.futures.ThreadPoolExecutor(_usable_cores()) as pool:
-            found = list(pool.map(lambda run: self._streaming(*run), [run for _, run in todo]))
-        for (key, run), cand in zip(todo, found, strict=True):
-            variant = run[4]
-            problem.memo[key] = [] if cand is None else [
-                cand, balance_dram(problem, cand, lend=variant.lend, lenders=self.clusters)]
-        for key in keys:
-            candidates += problem.memo[key]
-        with concurrent.futures.ThreadPoolExecutor(_usable_cores()) as pool:
-            simulated = list(pool.map(
-                lambda cand: float(simulate_placement(problem, cand, self.batches).total_cycles),
-                candidates))
-        pick = int(np.argmin(simulated))
-        chosen = candidates[pick]
-        notes = {**chosen.notes, "candidates": len(candidates),
-                 "simulated_cycles": simulated[pick], "compute_dp_cycles": simulated[0]}
-        return dataclasses.replace(chosen, notes=notes)
+            solved = list(pool.map(lambda run: self._solve(problem, *run), todo.values()))
+        problem.memo.update(zip(todo, solved, strict=True))
+        found: dict = {}
+        for (key, variant, width, _), (_, _, order) in zip(keyed, runs, strict=True):
+            placed = (*key, tuple(order), self.clusters)
+            if placed not in problem.memo:
+                placement = self._stages_placement(problem, order, problem.memo[key], variant)
+                problem.memo[placed] = [] if placement is None else [
+                    placement, balance_dram(problem, placement, lend=variant.lend,
+                                            lenders=self.clusters)]
+            found.setdefault((variant, width), []).extend(problem.memo[placed])
+        return found
 
     def _allowed(self, order: Sequence[int]) -> list[int]:
         return [c for c in order if self.clusters is None or c in self.clusters]
@@ -333,32 +383,42 @@ class PipelinePlanner:
         )
         return starts, bottleneck
 
-    def _streaming(self, problem, order, boundary, rate, variant: StreamingVariant,
-                   width) -> Placement | None:
-        """The streaming DP's stages over ``order``, regions included (None if it fails)."""
-        graph = problem.graph
+    def _streaming_inputs(self, problem, order, boundary, rate, variant: StreamingVariant):
+        """The arrays a streaming DP run over ``order`` depends on."""
         weights, capacity = _memory(problem, order)
+        return (problem.op_cycles[:, order], boundary, weights, capacity,
+                np.array([rate[c] * variant.rate_scale for c in order]))
+
+    def _solve(self, problem, variant: StreamingVariant, width: int, inputs):
+        """One streaming DP run: ``(objective, stages, streamed)``, stages None if it fails."""
+        graph = problem.graph
+        stage_costs, boundary, weights, capacity, rate = inputs
         dram = sum(d.bandwidth for d in problem.system.drams)
-        dims = [_region_dim(problem.split_dims.get(op.op_id, {})) for op in graph.ops]
-        split_max = np.array([size for _, size in dims], dtype=np.int64)
         spread_rate = 2.0 * min(link.bandwidth for link in problem.system.links) if (
             problem.system.links) else 1.0
         objective, stages, streamed = min_streaming_partition(
-            problem.op_cycles[:, order], boundary, weights, capacity,
-            np.array([rate[c] for c in order]), dram, self.max_stages, split_max=split_max,
+            stage_costs, boundary, weights, capacity, rate, dram, self.max_stages,
+            split_max=_split_max(problem),
             spread_bytes=np.array([op.input_bytes for op in graph.ops], dtype=float),
             spread_rate=spread_rate, max_width=width, batches=self.batches,
             exposed=variant.exposed, lend=variant.lend,
         )
-        if not np.isfinite(objective):
+        return objective, stages if np.isfinite(objective) else None, streamed
+
+    def _stages_placement(self, problem, order, solved, variant: StreamingVariant
+                          ) -> Placement | None:
+        """The placement of a streaming DP run's stages over ``order`` (None if it failed)."""
+        objective, stages, streamed = solved
+        if stages is None:
             return None
-        n = len(graph.ops)
+        n = len(problem.graph.ops)
+        dims = [_region_dim(problem.split_dims.get(op.op_id, {})) for op in problem.graph.ops]
         op_cluster, op_stage, splits = [0] * n, [0] * n, []
         for index, stage in enumerate(stages):
             region = tuple(order[stage.first:stage.first + stage.width])
             for op_id in range(stage.lo, stage.hi):
                 op_cluster[op_id], op_stage[op_id] = region[0], index
-                if stage.width > 1 and split_max[op_id] >= stage.width:
+                if stage.width > 1 and dims[op_id][1] >= stage.width:
                     splits.append(OpSplit(op_id, dims[op_id][0], region))
         return Placement(
             strategy=self.name,
@@ -371,6 +431,12 @@ class PipelinePlanner:
             splits=tuple(splits),
             dram_policy=variant.policy,
         )
+
+
+def _split_max(problem: PlanningProblem) -> np.ndarray:
+    """How many parts a region may split each op into (1: not along a region dimension)."""
+    return np.array([_region_dim(problem.split_dims.get(op.op_id, {}))[1]
+                     for op in problem.graph.ops], dtype=np.int64)
 
 
 def _usable_cores() -> int:

@@ -7,11 +7,14 @@ import pytest
 
 from tests.passes.test_ilp_planner import make_graph
 from tests.passes.test_pipeline_planner import contiguous_partitions
+from tvm_chiplet.passes.planners import pipeline_planner
 from tvm_chiplet.passes.planners.base import PlanningProblem
 from tvm_chiplet.passes.planners.dram import balance_dram
 from tvm_chiplet.passes.planners.evaluate import simulate_placement
 from tvm_chiplet.passes.planners.partition import min_streaming_partition
 from tvm_chiplet.passes.planners.pipeline_planner import (
+    ORDERED_COMBOS,
+    STREAMING_VARIANTS,
     PipelinePlanner,
     candidate_orders,
     stream_rates,
@@ -185,3 +188,45 @@ def test_loans_leave_room_for_split_parts_rounded_up_to_whole_slices():
     by_lender = {k: sum(n for _, lender, n in lent.sram_loans if lender == k) for k in (1, 2)}
     assert by_lender[1] and by_lender[2]
     assert all(by_lender[k] + 400_000 <= 1_000_000 for k in (1, 2))
+
+
+def test_streaming_runs_whose_inputs_are_equal_are_solved_once_and_placed_on_each_order(
+        monkeypatch):
+    # A line of 4 with a controller at each end: the order and its mirror image see the same
+    # costs, capacities and stream rates.
+    system = mesh_system(1, 4, bandwidth=32.0, sram_bytes=1_000_000, dram_bandwidth=16.0,
+                         dram_at=((0, 0), (3, 0)))
+    problem = PlanningProblem(overflowing_problem().graph, system, Topology(system),
+                              {op: {"out_channels": 64} for op in range(4)},
+                              simulator=simulate_workload)
+    solved = []
+    real = pipeline_planner.min_streaming_partition
+    monkeypatch.setattr(pipeline_planner, "min_streaming_partition",
+                        lambda *args, **kwargs: solved.append(1) or real(*args, **kwargs))
+    planner = PipelinePlanner(batches=8)
+    variant = STREAMING_VARIANTS[1]
+    runs = [(variant, 2, [0, 1, 2, 3]), (variant, 2, [3, 2, 1, 0])]
+    found = planner._streaming_runs(problem, runs, lambda order: planner._boundary(problem, order))
+    assert len(solved) == 1
+    there, _, back, _ = found[variant, 2]
+    assert back.op_cluster == tuple(3 - c for c in there.op_cluster)
+    assert back.op_stage == there.op_stage
+
+
+def test_other_cluster_orders_are_tried_for_the_fastest_variants_only(monkeypatch):
+    problem = overflowing_problem()
+    runs = []
+    real = PipelinePlanner._streaming_runs
+
+    def recording(self, problem, todo, boundary):
+        runs.append(todo)
+        return real(self, problem, todo, boundary)
+
+    monkeypatch.setattr(PipelinePlanner, "_streaming_runs", recording)
+    PipelinePlanner(batches=8, replicate=False).plan(problem)
+    first, others = runs
+    base = problem.topology.cluster_order()
+    assert {tuple(order) for _, _, order in first} == {tuple(base)}
+    assert len({(variant, width) for variant, width, _ in first}) == len(first) > ORDERED_COMBOS
+    assert 0 < len({(variant, width) for variant, width, _ in others}) <= ORDERED_COMBOS
+    assert all(list(order) != list(base) for _, _, order in others)
