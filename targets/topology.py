@@ -137,6 +137,12 @@ class Topology:
     # ------------------------------------------------------------------ routes
     def route(self, src: int, dst: int) -> list[int]:
         """Link ids from cluster ``src`` to cluster ``dst`` (empty when equal)."""
+        try:
+            known = self._routes.get((src, dst))  # only checked ids are ever stored
+        except TypeError:  # unhashable: _node says what is wrong with it
+            known = None
+        if known is not None:
+            return list(known)
         key = (self._node(src), self._node(dst))
         if key not in self._routes:
             src, dst = key

@@ -266,7 +266,10 @@ class LayoutCosts:
         for t, tile in enumerate(tiles):
             self.first.append(len(self.groups))
             for members in allocation_groups(problem.topology, tile):
-                self.groups.append(_Group(problem.topology, members))
+                key = ("layout group", members)  # layouts of the grid share groups
+                if key not in problem.memo:
+                    problem.memo[key] = _Group(problem.topology, members)
+                self.groups.append(problem.memo[key])
                 self.tile_of.append(t)
         self.first.append(len(self.groups))
         self._per_byte: dict[tuple[Layout, Layout], tuple[float, float]] = {}

@@ -334,15 +334,24 @@ class PipelinePlanner:
         with concurrent.futures.ThreadPoolExecutor(_usable_cores()) as pool:
             solved = list(pool.map(lambda run: self._solve(problem, *run), todo.values()))
         problem.memo.update(zip(todo, solved, strict=True))
+        placed = [(*key, tuple(order), self.clusters)
+                  for (key, *_), (_, _, order) in zip(keyed, runs, strict=True)]
+        todo = {}
+        for where, (key, variant, *_), (_, _, order) in zip(placed, keyed, runs, strict=True):
+            if where not in problem.memo:
+                todo[where] = (self._stages_placement(problem, order, problem.memo[key], variant),
+                               variant.lend)
+
+        def balanced(placement, lend):  # the LP solver runs outside Python: threads overlap
+            return [] if placement is None else [
+                placement, balance_dram(problem, placement, lend=lend, lenders=self.clusters)]
+
+        with concurrent.futures.ThreadPoolExecutor(_usable_cores()) as pool:
+            problem.memo.update(zip(todo, pool.map(lambda run: balanced(*run), todo.values()),
+                                    strict=True))
         found: dict = {}
-        for (key, variant, width, _), (_, _, order) in zip(keyed, runs, strict=True):
-            placed = (*key, tuple(order), self.clusters)
-            if placed not in problem.memo:
-                placement = self._stages_placement(problem, order, problem.memo[key], variant)
-                problem.memo[placed] = [] if placement is None else [
-                    placement, balance_dram(problem, placement, lend=variant.lend,
-                                            lenders=self.clusters)]
-            found.setdefault((variant, width), []).extend(problem.memo[placed])
+        for where, (_, variant, width, _) in zip(placed, keyed, strict=True):
+            found.setdefault((variant, width), []).extend(problem.memo[where])
         return found
 
     def _allowed(self, order: Sequence[int]) -> list[int]:
