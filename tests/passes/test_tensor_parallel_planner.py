@@ -12,11 +12,12 @@ from tvm_chiplet.passes.planners import (
     PlanningProblem,
     TensorParallelPlanner,
     get_planner,
+    tensor_parallel,
 )
 from tvm_chiplet.passes.planners.evaluate import placement_items, simulate_placement
 from tvm_chiplet.passes.planners.layouts import FOLLOW
 from tvm_chiplet.passes.planners.placement import OpSplit, Placement
-from tvm_chiplet.passes.planners.tensor_parallel import snake_tiles
+from tvm_chiplet.passes.planners.tensor_parallel import collective_messages, snake_tiles
 from tvm_chiplet.runtime.device import simulate_workload
 from tvm_chiplet.targets.system_generators import mesh_system
 from tvm_chiplet.targets.topology import Topology
@@ -146,6 +147,28 @@ def test_a_plan_estimated_above_the_cutoff_is_neither_realised_nor_simulated():
     assert cut.objective_cycles == best
     # A cutoff above the best estimate changes nothing.
     assert TensorParallelPlanner(batches=4, cutoff=2 * best).plan(p).splits == free.splits
+
+
+def test_only_plans_realising_to_no_more_messages_than_the_best_estimate_are_judged(
+        monkeypatch):
+    monkeypatch.setattr(tensor_parallel, "JUDGED", 99)
+    monkeypatch.setattr(tensor_parallel, "JUDGED_WITHIN", float("inf"))
+    base = problem(8)
+    p = dataclasses.replace(base, realise=lambda placement: (base.graph, placement))
+    found = {}
+    search = TensorParallelPlanner._search
+    monkeypatch.setattr(TensorParallelPlanner, "_search", lambda self, problem, space: found.
+                        setdefault(space.key, search(self, problem, space)))
+    plan = TensorParallelPlanner(batches=4).plan(p)
+    estimates = plan.notes["estimated_cycles"]
+    first = min(estimates, key=estimates.get)
+    limit = collective_messages(found[first])
+    assert set(plan.notes["simulated_cycles"]) == {
+        key for key, placement in found.items() if collective_messages(placement) <= limit}
+    assert len(found) > len(plan.notes["simulated_cycles"]) >= 1
+    split = Placement("manual", (0,) * 4, (0,) * 4, (0,),
+                      splits=(OpSplit(0, "out_channels", (0, 1, 2)), OpSplit(1, "rows", (0, 1))))
+    assert collective_messages(split) == 9 + 4
 
 
 def test_batches_must_be_positive():
