@@ -30,6 +30,8 @@ import dataclasses
 import math
 from collections import defaultdict
 
+import numpy as np
+
 from tvm_chiplet.passes.planners.base import PlanningProblem
 from tvm_chiplet.passes.planners.evaluate import placement_items, simulate_placement
 from tvm_chiplet.passes.planners.pipeline_planner import PipelinePlanner
@@ -124,25 +126,9 @@ def _traffic(problem: PlanningProblem, placement: Placement):
     return dict(pairs), dict(fixed)
 
 
-def _objective(problem: PlanningProblem, pairs, fixed, image: dict[int, int]
-               ) -> tuple[float, float]:
-    """(busiest link's load in cycles, hop-bytes) with cluster ``c`` moved to ``image[c]``."""
-    topology, links = problem.topology, problem.system.links
-    load: dict[int, float] = defaultdict(float)
-    hop_bytes = 0.0
-    flows = [((image.get(a, a), image.get(b, b)), nbytes) for (a, b), nbytes in pairs.items()]
-    flows += [((src, image.get(dst, dst)), nbytes) for (src, dst), nbytes in fixed.items()]
-    for (a, b), nbytes in flows:
-        route = topology.route(a, b)
-        hop_bytes += nbytes * len(route)
-        for link in route:
-            load[link] += nbytes / links[link].bandwidth
-    return max(load.values(), default=0.0), hop_bytes
-
-
 def _link_objective(problem: PlanningProblem, placement: Placement) -> tuple[float, float]:
     pairs, fixed = _traffic(problem, placement)
-    return _objective(problem, pairs, fixed, {})
+    return _Loads(problem, pairs, fixed, {}).value
 
 
 def _map_clusters(problem: PlanningProblem, placement: Placement, max_passes: int) -> Placement:
@@ -156,7 +142,8 @@ def _map_clusters(problem: PlanningProblem, placement: Placement, max_passes: in
         return cluster.macs_per_cycle, cluster.sram_bytes, cluster.local_bandwidth
 
     image = {c: c for c in used}
-    best = _objective(problem, pairs, fixed, image)
+    loads = _Loads(problem, pairs, fixed, image)
+    best = loads.value
     for _ in range(max_passes):
         improved = False
         for i, a in enumerate(used):
@@ -169,12 +156,61 @@ def _map_clusters(problem: PlanningProblem, placement: Placement, max_passes: in
                     trial[a], trial[other] = image[other], image[a]
                 else:
                     trial[a] = other
-                value = _objective(problem, pairs, fixed, trial)
-                if value < best:
-                    image, best, improved = trial, value, True
+                if _better(loads.moved(trial, (a, other)), best):
+                    image, improved = trial, True
+                    loads = _Loads(problem, pairs, fixed, image)  # summed afresh: no drift
+                    best = loads.value
         if not improved:
             break
     return _relabel(placement, image)
+
+
+def _better(value: tuple[float, float], best: tuple[float, float], tol: float = 1e-9) -> bool:
+    """Whether (busiest link, hop-bytes) ``value`` beats ``best``: a lighter busiest link, or
+    one as loaded (within ``tol``, relative) and fewer hop-bytes."""
+    if value[0] < best[0] * (1 - tol):
+        return True
+    return value[0] <= best[0] * (1 + tol) and value[1] < best[1] * (1 - tol)
+
+
+class _Loads:
+    """The load of every link under ``image`` (cluster ``c`` moved to ``image[c]``), and the
+    value: (busiest link's load in cycles, hop-bytes); :meth:`moved` gives the
+    value of an image that differs at a few clusters by updating only the flows that touch
+    them."""
+
+    def __init__(self, problem: PlanningProblem, pairs, fixed, image: dict[int, int]) -> None:
+        self.topology = problem.topology
+        self.rate = [link.bandwidth for link in problem.system.links]
+        self.image = image
+        # (a, b, bytes, whether a moves with the image): fetches come from fixed sources.
+        self.flows = [(a, b, nbytes, True) for (a, b), nbytes in pairs.items()]
+        self.flows += [(src, dst, nbytes, False) for (src, dst), nbytes in fixed.items()]
+        self.touching: dict[int, list[int]] = defaultdict(list)
+        for index, (a, b, _, mapped) in enumerate(self.flows):
+            for end in {a, b} if mapped else {b}:
+                self.touching[end].append(index)
+        self.load = np.zeros(len(self.rate))
+        hop_bytes = 0.0
+        for flow in self.flows:
+            hop_bytes += self._add(self.load, flow, image, 1.0)
+        self.hop_bytes = hop_bytes
+        self.value = (float(self.load.max(initial=0.0)), hop_bytes)
+
+    def _add(self, load: np.ndarray, flow, image: dict[int, int], sign: float) -> float:
+        a, b, nbytes, mapped = flow
+        route = self.topology.route(image.get(a, a) if mapped else a, image.get(b, b))
+        for link in route:
+            load[link] += sign * nbytes / self.rate[link]
+        return sign * nbytes * len(route)
+
+    def moved(self, trial: dict[int, int], clusters: tuple[int, ...]) -> tuple[float, float]:
+        """The value under ``trial``, which differs from the image at ``clusters`` only."""
+        load, hop_bytes = self.load.copy(), self.hop_bytes
+        for index in sorted({i for c in clusters for i in self.touching.get(c, ())}):
+            hop_bytes += self._add(load, self.flows[index], self.image, -1.0)
+            hop_bytes += self._add(load, self.flows[index], trial, 1.0)
+        return float(load.max(initial=0.0)), hop_bytes
 
 
 def _relabel(placement: Placement, image: dict[int, int]) -> Placement:

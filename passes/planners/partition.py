@@ -221,9 +221,7 @@ def _least_streamed(dense, n, k_max, targets):
     """
     targets = np.asarray(targets, dtype=float)
     shape = (k_max + 1, len(targets), n + 1)
-    # Single precision halves the memory traffic of the (targets, n + 1, n + 1) tables; the
-    # stages found are then costed in double precision from ``dense``.
-    g = np.full(shape, np.inf, dtype=np.float32)
+    g = np.full(shape, np.inf)
     g[0, :, 0] = 0.0
     # Where the best partition of (used, target, ops placed) comes from: its last stage.
     from_first, from_width, from_op = (np.zeros(shape, dtype=np.int64) for _ in range(3))
@@ -235,8 +233,7 @@ def _least_streamed(dense, n, k_max, targets):
         for first, width, (time, cost, _) in ending.get(used, []):
             if not np.isfinite(g[first]).any():
                 continue
-            masked = np.where(time <= within, cost.astype(np.float32), np.float32(np.inf))
-            candidates = g[first][:, :, None] + masked
+            candidates = g[first][:, :, None] + np.where(time <= within, cost, np.inf)
             arg = np.argmin(candidates, axis=1)
             value = np.take_along_axis(candidates, arg[:, None, :], axis=1)[:, 0, :]
             better = value < g[used]
