@@ -113,7 +113,7 @@ class StreamingVariant:
 ORDERED_COMBOS = 2
 """(streaming variant, region width) pairs whose candidates also run on the other cluster
 orders of :func:`candidate_orders`: those whose candidates on the topology's order simulate
-fastest (pairs whose stages there are the same count once)."""
+fastest (pairs whose stages there are the same count once), and the lending variant."""
 
 STREAMING_VARIANTS = (
     StreamingVariant("interleave"),
@@ -289,7 +289,10 @@ class PipelinePlanner:
                 if same not in seen:
                     seen.add(same)
                     ranked.append(combo)
-            ranked = ranked[:ORDERED_COMBOS]
+            # Loans depend on which clusters sit next to the streaming stages: the lending
+            # variant runs on every order.
+            ranked = ranked[:ORDERED_COMBOS] + [combo for combo in ranked[ORDERED_COMBOS:]
+                                                if combo[0].lend]
             runs = [(variant, width, self._allowed(other)) for variant, width in ranked
                     for other in candidate_orders(problem, stream_rates(problem, variant.policy))
                     if self._allowed(other) != order]

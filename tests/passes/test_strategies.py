@@ -125,16 +125,21 @@ def test_auto_latency_objective_simulates_one_batch(resnet18_problem):
     assert placement.notes["auto"]["batches"] == 1
 
 
-def test_auto_prunes_a_splitting_candidate_its_estimate_puts_far_behind(resnet18_problem,
-                                                                        monkeypatch):
-    _, problem = resnet18_problem
+def counting_realisations(problem):
+    """``problem`` whose realisations are listed (by strategy) in the list returned with it."""
     realised = []
 
     def realise(placement):
         realised.append(placement.strategy)
         return problem.realise(placement)
 
-    counting = dataclasses.replace(problem, realise=realise)
+    return dataclasses.replace(problem, realise=realise), realised
+
+
+def test_auto_prunes_a_splitting_candidate_its_estimate_puts_far_behind(resnet18_problem,
+                                                                        monkeypatch):
+    _, problem = resnet18_problem
+    counting, realised = counting_realisations(problem)
     # layer-sequential splits ops and leaves them to be realised (tensor-parallel realises its
     # plan itself to place its weights in DRAM, so there is nothing left to prune).
     candidates = [PipelinePlanner(batches=64), LayerSequentialPlanner()]
@@ -170,13 +175,7 @@ def test_auto_never_prunes_a_candidate_its_planner_realised_and_simulated(resnet
 def test_auto_runs_a_planner_with_a_cutoff_last_and_does_not_realise_what_it_puts_behind(
         resnet18_problem, monkeypatch):
     _, problem = resnet18_problem
-    realised = []
-
-    def realise(placement):
-        realised.append(placement.strategy)
-        return problem.realise(placement)
-
-    counting = dataclasses.replace(problem, realise=realise)
+    counting, realised = counting_realisations(problem)
     monkeypatch.setattr(auto, "ESTIMATE_CUTOFF", 1e-9)  # any estimate is far behind
     placement = AutoPlanner([TensorParallelPlanner(batches=64), PipelinePlanner(batches=64)],
                             batches=64).plan(counting)

@@ -213,7 +213,7 @@ def test_streaming_runs_whose_inputs_are_equal_are_solved_once_and_placed_on_eac
     assert back.op_stage == there.op_stage
 
 
-def test_other_cluster_orders_are_tried_for_the_fastest_variants_only(monkeypatch):
+def test_other_cluster_orders_are_tried_for_the_fastest_variants_and_for_lending(monkeypatch):
     problem = overflowing_problem()
     runs = []
     real = PipelinePlanner._streaming_runs
@@ -228,5 +228,8 @@ def test_other_cluster_orders_are_tried_for_the_fastest_variants_only(monkeypatc
     base = problem.topology.cluster_order()
     assert {tuple(order) for _, _, order in first} == {tuple(base)}
     assert len({(variant, width) for variant, width, _ in first}) == len(first) > ORDERED_COMBOS
-    assert 0 < len({(variant, width) for variant, width, _ in others}) <= ORDERED_COMBOS
+    tried = {(variant, width) for variant, width, _ in others}
+    lending = {(variant, width) for variant, width, _ in first if variant.lend}
+    assert lending and lending <= tried  # loans depend on the order: always tried on all
+    assert len(tried - lending) <= ORDERED_COMBOS
     assert all(list(order) != list(base) for _, _, order in others)
