@@ -210,11 +210,9 @@ class _Group:
         self.slowest = min((system.clusters[c] for c in members),
                            key=lambda c: (c.macs_per_cycle, c.local_bandwidth, c.id))
 
-        def rate(link: int) -> float:
-            return link_rate(system, link)
-
         def worst(loads: Counter) -> float:
-            return max((n / rate(link) for link, n in loads.items()), default=0.0)
+            return max((n / link_rate(system, link) for link, n in loads.items()),
+                       default=0.0)
 
         pairs: Counter = Counter()
         out_of: Counter = Counter()
@@ -240,7 +238,7 @@ class _Group:
         elif ring:  # relayed around the ring, pipelined: the slowest hop sets the rate
             hops = {link for a, b in pairwise(ring)
                     for link in topology.route(a, b)}
-            self.broadcast = max(1.0 / rate(link) for link in hops)
+            self.broadcast = max(1.0 / link_rate(system, link) for link in hops)
         else:
             self.broadcast = self.scatter
         self.latency = max((topology.route_latency(origin, m) for m in members[1:]),
@@ -416,9 +414,14 @@ class LayoutCosts:
         return cycles, streaming, weights, g.index[:k], budget
 
 
+def broken_axes(name: str) -> set[str]:
+    """The axes a value sharded along cannot be followed by an op named ``name``."""
+    return {axis for fragment, axis in _BREAKS if fragment in name}
+
+
 def breaks(name: str, axis: str) -> bool:
     """Whether an op named ``name`` cannot follow a value sharded along ``axis``."""
-    return any(fragment in name and axis == broken for fragment, broken in _BREAKS)
+    return axis in broken_axes(name)
 
 
 def plan_cost(costs: LayoutCosts, choice: dict[int, tuple[str, int] | str | None]) -> float:
@@ -482,7 +485,7 @@ class CostWalk:
             self.preds.append(preds)
             self.data.append(max(preds, key=lambda e: (e[1], -e[0]))[0] if preds else None)
             self.homes.append(costs.home(stage_of[op.op_id] if stage_of is not None else 0))
-            self.broken.append({axis for fragment, axis in _BREAKS if fragment in op.name})
+            self.broken.append(broken_axes(op.name))
         self._scatter: dict[int, str] = {}
 
     def start(self) -> WalkState:

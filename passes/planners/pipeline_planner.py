@@ -235,16 +235,13 @@ class PipelinePlanner:
             tiles = tilings[0]
             if sum(system.clusters[c].sram_bytes for c in tiles[0]) < weights:
                 continue
-            position = {c: i for i, c in enumerate(tiles[0])}
             # The search judges a tile's candidates alone, without the copies that share DRAM
             # with it, so the compute DP's pipeline is a candidate too.
             for search in sorted({False, self.search}):
                 base = PipelinePlanner(batches=math.ceil(self.batches / copies), search=search,
                                        max_region=self.max_region, replicate=False,
                                        clusters=tiles[0]).plan(problem)
-                replicas = tuple(tuple((c, tile[position[c]]) for c in base.clusters_used())
-                                 for tile in tiles[1:])
-                replicated = dataclasses.replace(base, replicas=replicas)
+                replicated = base.copied_onto(tiles)
                 if replicated not in found:
                     found.append(replicated)
         return found

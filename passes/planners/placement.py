@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
 import tvm_ffi
 
@@ -149,6 +150,14 @@ class Placement:
     def copy_maps(self) -> list[dict[int, int]]:
         """The cluster map of each extra copy (``replicas`` as dicts)."""
         return [dict(mapping) for mapping in self.replicas]
+
+    def copied_onto(self, tiles: Sequence[Sequence[int]]) -> Placement:
+        """This placement (planned on ``tiles[0]``) with a copy on each other tile: the
+        ``i``-th cluster of every tile is at one place in it (congruent tiles, as
+        :meth:`~tvm_chiplet.targets.topology.Topology.tilings` cuts the grid)."""
+        position = {c: i for i, c in enumerate(tiles[0])}
+        return replace(self, replicas=tuple(
+            tuple((c, tile[position[c]]) for c in self.clusters_used()) for tile in tiles[1:]))
 
     def clusters_used(self) -> list[int]:
         """The clusters the placement's ops and split parts run on, and the clusters lending

@@ -127,11 +127,12 @@ class TensorParallelPlanner:
         found = {space.key: self._search(problem, space) for space in searched}
         tried = {key: cand.objective_cycles for key, cand in found.items()}
         judged = tried
+        searched_notes = {"estimated_cycles": tried, "layouts_started": started}
         if self.cutoff is not None and min(tried.values()) > self.cutoff:
             best = found[min(tried, key=tried.get)]
             return dataclasses.replace(best, notes={
-                **best.notes, "copies": best.copies, "estimated_cycles": tried,
-                "layouts_started": started, "above_cutoff": self.cutoff})
+                **best.notes, "copies": best.copies, **searched_notes,
+                "above_cutoff": self.cutoff})
         if problem.simulator is not None and problem.realise is not None and len(found) > 1:
             # The estimate is rough (no contention beyond a collective's own messages, DRAM as
             # one pool): the best few are realised and simulated as built. (Simulated before
@@ -146,8 +147,7 @@ class TensorParallelPlanner:
                                                     as_built=True).total_cycles)
                       for key in close}
         best = found[min(judged, key=judged.get)]
-        notes = {**best.notes, "copies": best.copies, "estimated_cycles": tried,
-                 "layouts_started": started}
+        notes = {**best.notes, "copies": best.copies, **searched_notes}
         if judged is not tried:
             notes["simulated_cycles"] = judged
         best = dataclasses.replace(best, notes=notes)
@@ -245,14 +245,8 @@ class TensorParallelPlanner:
             notes=notes,
             splits=splits,
         )
-        if space.copy_tiles is None:
-            return placement
-        # Input b runs on copy b mod R: the i-th cluster of every copy tile is at one place.
-        tiles = space.copy_tiles
-        position = {c: i for i, c in enumerate(tiles[0])}
-        replicas = tuple(tuple((c, tile[position[c]]) for c in placement.clusters_used())
-                         for tile in tiles[1:])
-        return dataclasses.replace(placement, replicas=replicas)
+        # Input b runs on copy b mod R.
+        return placement if space.copy_tiles is None else placement.copied_onto(space.copy_tiles)
 
     def _options(self, costs: LayoutCosts, dims: dict[str, int], groups: range,
                  follows: bool = False) -> list[tuple[str, int] | str | None]:
