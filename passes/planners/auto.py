@@ -21,9 +21,9 @@ realisation is already this many times worse than the best candidate's simulated
 ESTIMATE_CUTOFF = 3.0
 """A planner that estimates its own plans before realising them (one with a ``cutoff``:
 tensor-parallel) skips the realisation when its best estimate is this many times the best
-candidate's simulated cycles so far. Its estimates ran 1.2x to 1.5x above the cycles
-simulated as built on ResNet-50 and BERT-base (mesh-4x4, simba-6x6; 1 and 64 inputs); such
-planners run after the others, so that the cutoff is the tightest."""
+candidate's simulated cycles so far. Its estimates ran 1.06x to 1.46x the cycles simulated
+as built on BERT-base mesh-4x4 (1 and 64 inputs) and ResNet-50 mesh-4x4 and simba-6x6 (64
+inputs); such planners run after the others, so that the cutoff is the tightest."""
 
 
 class AutoPlanner:
