@@ -132,6 +132,19 @@ def transfer_cycles(nbytes: float, route: Sequence[int], system: ChipletSystem) 
     _check_non_negative(nbytes=nbytes)
     if not route:
         return 0.0
+    latency, bandwidth = route_rate(route, system)
+    return latency + nbytes / bandwidth
+
+
+def route_rate(route: Sequence[int], system: ChipletSystem) -> tuple[float, float]:
+    """``(latency, bandwidth)`` of a non-empty ``route`` (link ids): its links' summed latency
+    and its slowest link's bandwidth, which :func:`transfer_cycles` charges.
+
+    Raises
+    ------
+    ValueError
+        For a link id the system does not have.
+    """
     links = system.links
     for link_id in route:
         try:
@@ -143,9 +156,7 @@ def transfer_cycles(nbytes: float, route: Sequence[int], system: ChipletSystem) 
                 f"route {list(route)} names link {link_id!r}, which system {system.name!r} does "
                 f"not have; expected link ids 0..{len(links) - 1} (use Topology.route)"
             )
-    latency = sum(links[i].latency for i in route)
-    bandwidth = min(links[i].bandwidth for i in route)
-    return latency + nbytes / bandwidth
+    return sum(links[i].latency for i in route), min(links[i].bandwidth for i in route)
 
 
 def op_energy_pj(flops: float, bytes_moved: float, cluster: Cluster,
@@ -175,6 +186,7 @@ __all__ = [
     "dram_fetch_cycles",
     "op_cycles",
     "op_energy_pj",
+    "route_rate",
     "static_energy_pj",
     "transfer_cycles",
 ]

@@ -120,9 +120,12 @@ def resident_budget(sram_bytes: float, weight_bytes: float) -> float:
 def streamed_bytes(items: Sequence[WorkItem], system: ChipletSystem) -> list[int]:
     """Per item, the bytes of its weights fetched from DRAM each batch (module docstring)."""
     streamed = [0] * len(items)
+    holding: dict[int, list[int]] = {}
+    for i, item in enumerate(items):
+        if item.weight_bytes > 0:
+            holding.setdefault(item.cluster, []).append(i)
     for cluster in system.clusters:
-        mine = [i for i, item in enumerate(items)
-                if item.cluster == cluster.id and item.weight_bytes > 0]
+        mine = holding.get(cluster.id, [])
         total = sum(items[i].weight_bytes for i in mine)
         if total <= cluster.sram_bytes:
             continue

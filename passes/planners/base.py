@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -114,6 +114,21 @@ class PlanningProblem:
         if src == dst or nbytes == 0:
             return 0.0
         return cost_model.transfer_cycles(nbytes, self.topology.route(src, dst), self.system)
+
+    def receive_cycles(self, order: Sequence[int], cut: Sequence[float]) -> np.ndarray:
+        """``table[k, i]``: :meth:`transfer_cycles` of ``cut[i]`` bytes from ``order[k - 1]``
+        to ``order[k]`` (row 0: zeros), what a stage on ``order[k]`` starting at op ``i`` pays
+        to receive the values crossing its input cut (:meth:`OpGraph.cut_bytes`)."""
+        cut = np.asarray(cut, dtype=np.float64)
+        if (cut < 0).any():
+            raise ValueError(f"cut bytes must be >= 0, found {cut.min()!r}")
+        table = np.zeros((len(order), len(cut)))
+        for k in range(1, len(order)):
+            route = () if order[k - 1] == order[k] else self.topology.route(order[k - 1], order[k])
+            if route:
+                latency, bandwidth = cost_model.route_rate(route, self.system)
+                table[k] = np.where(cut == 0, 0.0, latency + cut / bandwidth)
+        return table
 
 
 class Planner(Protocol):

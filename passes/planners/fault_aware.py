@@ -30,8 +30,6 @@ import dataclasses
 import math
 from collections import defaultdict
 
-import numpy as np
-
 from tvm_chiplet.passes.planners.base import PlanningProblem
 from tvm_chiplet.passes.planners.evaluate import placement_items, simulate_placement
 from tvm_chiplet.passes.planners.pipeline_planner import PipelinePlanner
@@ -147,7 +145,8 @@ def _map_clusters(problem: PlanningProblem, placement: Placement, max_passes: in
     for _ in range(max_passes):
         improved = False
         for i, a in enumerate(used):
-            idle = [c for c in problem.topology.cluster_order() if c not in image.values()]
+            taken = set(image.values())
+            idle = [c for c in problem.topology.cluster_order() if c not in taken]
             options = [("swap", b) for b in used[i + 1:] if kind(a) == kind(b)]
             options += [("move", c) for c in idle if kind(c) == kind(a)]
             for move, other in options:
@@ -176,8 +175,8 @@ def _better(value: tuple[float, float], best: tuple[float, float], tol: float = 
 class _Loads:
     """The load of every link under ``image`` (cluster ``c`` moved to ``image[c]``), and the
     value: (busiest link's load in cycles, hop-bytes); :meth:`moved` gives the
-    value of an image that differs at a few clusters by updating only the flows that touch
-    them."""
+    value of an image that differs at a few clusters from the changes of the flows that touch
+    them alone."""
 
     def __init__(self, problem: PlanningProblem, pairs, fixed, image: dict[int, int]) -> None:
         self.topology = problem.topology
@@ -190,14 +189,16 @@ class _Loads:
         for index, (a, b, _, mapped) in enumerate(self.flows):
             for end in {a, b} if mapped else {b}:
                 self.touching[end].append(index)
-        self.load = np.zeros(len(self.rate))
+        self.load = [0.0] * len(self.rate)
         hop_bytes = 0.0
         for flow in self.flows:
             hop_bytes += self._add(self.load, flow, image, 1.0)
         self.hop_bytes = hop_bytes
-        self.value = (float(self.load.max(initial=0.0)), hop_bytes)
+        # Links busiest first: the busiest a move leaves alone is the first it does not touch.
+        self.busiest = sorted(range(len(self.load)), key=self.load.__getitem__, reverse=True)
+        self.value = (max(self.load, default=0.0), hop_bytes)
 
-    def _add(self, load: np.ndarray, flow, image: dict[int, int], sign: float) -> float:
+    def _add(self, load, flow, image: dict[int, int], sign: float) -> float:
         a, b, nbytes, mapped = flow
         route = self.topology.route(image.get(a, a) if mapped else a, image.get(b, b))
         for link in route:
@@ -206,11 +207,14 @@ class _Loads:
 
     def moved(self, trial: dict[int, int], clusters: tuple[int, ...]) -> tuple[float, float]:
         """The value under ``trial``, which differs from the image at ``clusters`` only."""
-        load, hop_bytes = self.load.copy(), self.hop_bytes
+        change: dict[int, float] = defaultdict(float)
+        hop_bytes = self.hop_bytes
         for index in sorted({i for c in clusters for i in self.touching.get(c, ())}):
-            hop_bytes += self._add(load, self.flows[index], self.image, -1.0)
-            hop_bytes += self._add(load, self.flows[index], trial, 1.0)
-        return float(load.max(initial=0.0)), hop_bytes
+            hop_bytes += self._add(change, self.flows[index], self.image, -1.0)
+            hop_bytes += self._add(change, self.flows[index], trial, 1.0)
+        load = self.load
+        untouched = next((load[link] for link in self.busiest if link not in change), 0.0)
+        return max([untouched, *(load[link] + delta for link, delta in change.items())]), hop_bytes
 
 
 def _relabel(placement: Placement, image: dict[int, int]) -> Placement:

@@ -100,13 +100,7 @@ class _Stages:
             for u in self.parked_ids
             for k, c in enumerate(order)
         }
-        cut = problem.graph.cut_bytes()
-        self.receive = np.zeros((len(order), self.n + 1))
-        for k in range(1, len(order)):
-            self.receive[k, 1:] = [
-                problem.transfer_cycles(cut[p], order[k - 1], order[k])
-                for p in range(1, self.n + 1)
-            ]
+        self.receive = problem.receive_cycles(order, problem.graph.cut_bytes())
 
     def compute_floor(self, k: int) -> np.ndarray:
         """``floor[p, q]``: least cost of ops ``[p, q)`` on stage ``k``'s cluster, no receive.

@@ -727,9 +727,7 @@ def _segments(problem: PlanningProblem, estimator: _BatchTimeEstimator, group: l
                 cut[index[u] + 1] += nbytes
                 cut[index[v] + 1] -= nbytes
     cut = np.cumsum(cut)
-    boundary = np.zeros((len(clusters), len(group) + 1))
-    for k in range(1, len(clusters)):
-        boundary[k] = [problem.transfer_cycles(b, clusters[k - 1], clusters[k]) for b in cut]
+    boundary = problem.receive_cycles(clusters, cut)
     ops = [estimator.ops[p] for p in group]
     capacity = np.array([problem.system.clusters[c].sram_bytes for c in clusters], dtype=float)
     bottleneck, starts = min_bottleneck_partition(

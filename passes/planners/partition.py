@@ -157,51 +157,50 @@ def min_streaming_partition(
     k_max = min(num_resources, max_stages or num_resources)
     split_max = np.ones(n, dtype=np.int64) if split_max is None else np.asarray(split_max)
     spread_bytes = np.zeros(n) if spread_bytes is None else np.asarray(spread_bytes, float)
-    lo, hi = np.triu_indices(n + 1, 1)  # stage = ops lo..hi-1
+    empty = np.tril(np.ones((n + 1, n + 1), dtype=bool))  # [lo, hi]: ops lo..hi-1, hi > lo
 
-    def prefix(values: np.ndarray) -> np.ndarray:
-        return np.concatenate([[0.0], np.cumsum(values)])
+    def spans(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Prefix sums of ``values`` as a row (by a stage's end, ``hi``) and as a column (by
+        its start, ``lo``): their difference is every stage's sum."""
+        summed = np.concatenate([[0.0], np.cumsum(values)])
+        return summed[None, :], summed[:, None]
 
-    options = {}  # (first, width) -> (time, streamed) over the (lo, hi) pairs
+    options = {}  # (first, width) -> (time, streamed) as (n + 1, n + 1) matrices over [lo, hi]
     for width in range(1, max_width + 1):
         split = split_max >= width if width > 1 else np.zeros(n, dtype=bool)
         if width > 1 and not split.any():
             continue
-        w_split, w_home = prefix(weight_bytes * split), prefix(weight_bytes * ~split)
-        spread = prefix(spread_bytes * split) * (width - 1) / spread_rate
+        (w_split, w_split_lo), (w_home, w_home_lo) = spans(weight_bytes * split), spans(
+            weight_bytes * ~split)
+        spread, spread_lo = (v * (width - 1) / spread_rate
+                             for v in spans(spread_bytes * split))
+        part = (w_split - w_split_lo) / width
+        home = part + w_home - w_home_lo
         for k in range(k_max - width + 1):
-            cost_split = prefix(stage_costs[:, k] * split) / width
-            cost_home = prefix(stage_costs[:, k] * ~split)
+            cost_split, cost_split_lo = (v / width for v in spans(stage_costs[:, k] * split))
+            cost_home, cost_home_lo = spans(stage_costs[:, k] * ~split)
             # Receiving the next input overlaps computing the current one.
             compute = np.maximum(
-                cost_home[hi] - cost_home[lo] + cost_split[hi] - cost_split[lo]
-                + spread[hi] - spread[lo], boundary_costs[k, lo] if k > 0 else 0.0)
-            part = (w_split[hi] - w_split[lo]) / width
-            home = part + w_home[hi] - w_home[lo]
+                cost_home - cost_home_lo + cost_split - cost_split_lo
+                + spread - spread_lo, boundary_costs[k][:, None] if k > 0 else 0.0)
             on_home = overflow_bytes(home, capacity[k])
             on_other = overflow_bytes(part, capacity[k])
             rate = min(stream_rate[k:k + width])
             fetch = np.maximum(on_home, on_other) / rate
             time = np.maximum(compute, fetch) + exposed * np.minimum(compute, fetch)
+            time[empty] = np.inf
             if width > 1:
-                time = np.where(cost_split[hi] > cost_split[lo], time, np.inf)
+                time[~(cost_split > cost_split_lo)] = np.inf
             if lend:  # free SRAM (negative) offsets what other stages stream from DRAM
                 on_home = np.where(home > capacity[k], on_home, home - capacity[k])
                 on_other = np.where(part > capacity[k], on_other, part - capacity[k])
             options[k, width] = (time, on_home + (width - 1) * on_other)
     every_op = stage_costs[:, :k_max].min(axis=1)
     t_lo = max(float(every_op.max()) / max_width, float(every_op.sum()) / k_max, 1.0)
-    t_hi = max(float(options[0, 1][0][n - 1]), t_lo)  # (0, n): everything on the first resource
+    t_hi = max(float(options[0, 1][0][0, n]), t_lo)  # (0, n): everything on the first resource
     best = (np.inf, [], 0.0)
-    dram_weight = (batches - 1) / dram_bandwidth
-    dense = {}  # (first, width) -> (time, cost, streamed) as (n + 1, n + 1) matrices
-    for key, (time, streams) in options.items():
-        matrices = [np.full((n + 1, n + 1), np.inf) for _ in range(3)]
-        for matrix, values in zip(matrices, (time, time + dram_weight * streams, streams),
-                                  strict=True):
-            matrix[lo, hi] = values
-        dense[key] = tuple(matrices)
-    for found in _least_streamed(dense, n, k_max, np.geomspace(t_lo, t_hi, grid)):
+    for found in _least_streamed(options, n, k_max, np.geomspace(t_lo, t_hi, grid),
+                                 (batches - 1) / dram_bandwidth):
         if found is None:
             continue
         stages, streamed, slowest, latency = found
@@ -212,9 +211,11 @@ def min_streaming_partition(
     return best
 
 
-def _least_streamed(dense, n, k_max, targets):
-    """Min-plus DP over (resources used, ops placed) of stage time plus weighted streamed bytes,
-    every stage within the target; all ``targets`` at once (axis 0 of the tables).
+def _least_streamed(options, n, k_max, targets, dram_weight):
+    """Min-plus DP over (resources used, ops placed) of stage time plus ``dram_weight`` times
+    its streamed bytes, every stage within the target; all ``targets`` at once (axis 0 of the
+    tables). ``options[first, width]``: the (time, streamed) matrices of the stages on that
+    region.
 
     Returns, per target, ``(stages, streamed, slowest, latency)`` or None if no partition has
     every stage within it.
@@ -226,20 +227,33 @@ def _least_streamed(dense, n, k_max, targets):
     # Where the best partition of (used, target, ops placed) comes from: its last stage.
     from_first, from_width, from_op = (np.zeros(shape, dtype=np.int64) for _ in range(3))
     ending: dict[int, list] = {}
-    for (first, width), matrices in dense.items():
+    for (first, width), matrices in options.items():
         ending.setdefault(first + width, []).append((first, width, matrices))
     within = targets[:, None, None]
     for used in range(1, k_max + 1):
-        for first, width, (time, cost, _) in ending.get(used, []):
-            if not np.isfinite(g[first]).any():
+        for first, width, (time, streams) in ending.get(used, []):
+            # Only the ops-placed counts some partition reaches with ``first`` resources can
+            # start the stage, and a stage ends after its start: the rest is infinite.
+            finite = np.isfinite(g[first])
+            reached = np.flatnonzero(finite.any(axis=0))
+            if not len(reached):
                 continue
-            candidates = g[first][:, :, None] + np.where(time <= within, cost, np.inf)
+            live = np.flatnonzero(finite.any(axis=1))
+            t0, t1 = int(live[0]), int(live[-1]) + 1
+            lo, hi = int(reached[0]), int(reached[-1]) + 1
+            start = g[first][t0:t1, lo:hi]
+            rows, cols = slice(lo, hi), slice(lo + 1, n + 1)
+            cost = time[rows, cols] + dram_weight * streams[rows, cols]
+            candidates = start[:, :, None] + np.where(time[rows, cols] <= within[t0:t1],
+                                                      cost, np.inf)
             arg = np.argmin(candidates, axis=1)
             value = np.take_along_axis(candidates, arg[:, None, :], axis=1)[:, 0, :]
-            better = value < g[used]
-            g[used][better] = value[better]
-            from_first[used][better], from_width[used][better] = first, width
-            from_op[used][better] = arg[better]
+            target = g[used][t0:t1, cols]
+            better = value < target
+            target[better] = value[better]
+            from_first[used][t0:t1, cols][better] = first
+            from_width[used][t0:t1, cols][better] = width
+            from_op[used][t0:t1, cols][better] = arg[better] + lo
     results = []
     for t in range(len(targets)):
         totals = g[1:, t, n]
@@ -252,7 +266,7 @@ def _least_streamed(dense, n, k_max, targets):
         while j > 0:
             first, width, i = (int(a[used, t, j]) for a in (from_first, from_width, from_op))
             stages.append(StreamingStage(i, j, first, width))
-            time, _, streams = dense[first, width]
+            time, streams = options[first, width]
             slowest = max(slowest, float(time[i, j]))
             latency += float(time[i, j])
             streamed += float(streams[i, j])

@@ -375,13 +375,7 @@ class PipelinePlanner:
         )
 
     def _boundary(self, problem: PlanningProblem, order: list[int]) -> np.ndarray:
-        cut = problem.graph.cut_bytes()
-        boundary = np.zeros((len(order), len(problem.graph.ops) + 1))
-        for k in range(1, len(order)):
-            boundary[k] = [
-                problem.transfer_cycles(nbytes, order[k - 1], order[k]) for nbytes in cut
-            ]
-        return boundary
+        return problem.receive_cycles(order, problem.graph.cut_bytes())
 
     def _compute_dp(self, problem: PlanningProblem, order: list[int],
                     boundary: np.ndarray) -> tuple[list[int], float]:

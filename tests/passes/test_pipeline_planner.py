@@ -100,3 +100,26 @@ def test_consecutive_stages_are_neighbours_on_a_faulty_grid():
     stages = placement.stage_clusters
     assert len(stages) == system.num_clusters
     assert max(problem.topology.hops(a, b) for a, b in itertools.pairwise(stages)) <= 1
+
+
+def test_receive_costs_are_the_transfers_between_consecutive_clusters():
+    import networkx as nx
+
+    from tvm_chiplet.passes.analysis.op_graph import OpGraph, OpNode
+    from tvm_chiplet.passes.planners.base import PlanningProblem
+    from tvm_chiplet.targets.system_generators import mesh_system
+    from tvm_chiplet.targets.topology import Topology
+
+    system = mesh_system(2, 3, faults={"links": [["x0y0", "x1y0"]]})
+    graph = nx.DiGraph()
+    graph.add_node(0)
+    problem = PlanningProblem(OpGraph([OpNode(0, "op0", "call_tir", 1e6, 64, 64, 0)], graph,
+                                      output_ops=[0]), system, Topology(system))
+    order, cut = [0, 1, 1, 5, 3], [0, 5, 1000, 0, 7, 123456]
+    table = problem.receive_cycles(order, cut)
+    assert table.shape == (5, 6) and not table[0].any() and not table[2].any()
+    for k in range(1, len(order)):
+        assert list(table[k]) == [problem.transfer_cycles(b, order[k - 1], order[k]) for b in cut]
+    assert table[1, 5] > table[1, 4] > 0  # more bytes, longer
+    with pytest.raises(ValueError, match="cut bytes must be >= 0"):
+        problem.receive_cycles(order, [0, -1])
