@@ -141,7 +141,6 @@ def _map_clusters(problem: PlanningProblem, placement: Placement, max_passes: in
 
     image = {c: c for c in used}
     loads = _Loads(problem, pairs, fixed, image)
-    best = loads.value
     for _ in range(max_passes):
         improved = False
         for i, a in enumerate(used):
@@ -150,15 +149,12 @@ def _map_clusters(problem: PlanningProblem, placement: Placement, max_passes: in
             options = [("swap", b) for b in used[i + 1:] if kind(a) == kind(b)]
             options += [("move", c) for c in idle if kind(c) == kind(a)]
             for move, other in options:
-                trial = dict(image)
-                if move == "swap":
-                    trial[a], trial[other] = image[other], image[a]
-                else:
-                    trial[a] = other
-                if _better(loads.moved(trial, (a, other)), best):
-                    image, improved = trial, True
+                # The image differs at a (and, swapped, at the other cluster) only.
+                changes = ({a: image[other], other: image[a]} if move == "swap"
+                           else {a: other})
+                if loads.improves(changes, (a, other)):
+                    image, improved = {**image, **changes}, True
                     loads = _Loads(problem, pairs, fixed, image)  # summed afresh: no drift
-                    best = loads.value
         if not improved:
             break
     return _relabel(placement, image)
@@ -174,9 +170,8 @@ def _better(value: tuple[float, float], best: tuple[float, float], tol: float = 
 
 class _Loads:
     """The load of every link under ``image`` (cluster ``c`` moved to ``image[c]``), and the
-    value: (busiest link's load in cycles, hop-bytes); :meth:`moved` gives the
-    value of an image that differs at a few clusters from the changes of the flows that touch
-    them alone."""
+    value: (busiest link's load in cycles, hop-bytes); :meth:`improves` tells whether an image
+    that differs at a few clusters is better, from the flows that touch them alone."""
 
     def __init__(self, problem: PlanningProblem, pairs, fixed, image: dict[int, int]) -> None:
         self.topology = problem.topology
@@ -189,32 +184,59 @@ class _Loads:
         for index, (a, b, _, mapped) in enumerate(self.flows):
             for end in {a, b} if mapped else {b}:
                 self.touching[end].append(index)
+        self.routes = [self._route(flow, image) for flow in self.flows]
         self.load = [0.0] * len(self.rate)
         hop_bytes = 0.0
-        for flow in self.flows:
-            hop_bytes += self._add(self.load, flow, image, 1.0)
+        for flow, route in zip(self.flows, self.routes, strict=True):
+            hop_bytes += self._add(self.load, flow[2], route, 1.0)
         self.hop_bytes = hop_bytes
         # Links busiest first: the busiest a move leaves alone is the first it does not touch.
         self.busiest = sorted(range(len(self.load)), key=self.load.__getitem__, reverse=True)
         self.value = (max(self.load, default=0.0), hop_bytes)
+        # The flows across the busiest link: a move that reroutes none of them cannot unload it.
+        top = self.busiest[0] if self.busiest else None
+        self.unloading = {index for index, route in enumerate(self.routes) if top in route}
 
-    def _add(self, load, flow, image: dict[int, int], sign: float) -> float:
-        a, b, nbytes, mapped = flow
-        route = self.topology.route(image.get(a, a) if mapped else a, image.get(b, b))
+    def _route(self, flow, image) -> list[int]:
+        a, b, _, mapped = flow
+        return self.topology.route(image.get(a, a) if mapped else a, image.get(b, b))
+
+    def _add(self, load, nbytes: float, route: list[int], sign: float) -> float:
         for link in route:
             load[link] += sign * nbytes / self.rate[link]
         return sign * nbytes * len(route)
 
-    def moved(self, trial: dict[int, int], clusters: tuple[int, ...]) -> tuple[float, float]:
-        """The value under ``trial``, which differs from the image at ``clusters`` only."""
-        change: dict[int, float] = defaultdict(float)
+    def improves(self, changes: dict[int, int], clusters: tuple[int, ...]) -> bool:
+        """Whether the image with ``changes`` (at ``clusters``' flows) has a better value
+        (:func:`_better`)."""
+        trial = _Changed(self.image, changes)
+        touched = sorted({i for c in clusters for i in self.touching.get(c, ())})
+        rerouted = [self._route(self.flows[index], trial) for index in touched]
         hop_bytes = self.hop_bytes
-        for index in sorted({i for c in clusters for i in self.touching.get(c, ())}):
-            hop_bytes += self._add(change, self.flows[index], self.image, -1.0)
-            hop_bytes += self._add(change, self.flows[index], trial, 1.0)
+        for index, route in zip(touched, rerouted, strict=True):
+            hop_bytes += -1.0 * self.flows[index][2] * len(self.routes[index])
+            hop_bytes += 1.0 * self.flows[index][2] * len(route)
+        if self.unloading.isdisjoint(touched) and not _better((self.value[0], hop_bytes),
+                                                              self.value):
+            return False  # the busiest link stays as loaded, and hop-bytes do not drop
+        change: dict[int, float] = defaultdict(float)
+        for index, route in zip(touched, rerouted, strict=True):
+            self._add(change, self.flows[index][2], self.routes[index], -1.0)
+            self._add(change, self.flows[index][2], route, 1.0)
         load = self.load
         untouched = next((load[link] for link in self.busiest if link not in change), 0.0)
-        return max([untouched, *(load[link] + delta for link, delta in change.items())]), hop_bytes
+        busiest = max([untouched, *(load[link] + delta for link, delta in change.items())])
+        return _better((busiest, hop_bytes), self.value)
+
+
+class _Changed:
+    """An image with a few clusters changed, read through ``get`` without copying it."""
+
+    def __init__(self, image: dict[int, int], changes: dict[int, int]) -> None:
+        self.image, self.changes = image, changes
+
+    def get(self, key: int, default: int) -> int:
+        return self.changes[key] if key in self.changes else self.image.get(key, default)
 
 
 def _relabel(placement: Placement, image: dict[int, int]) -> Placement:

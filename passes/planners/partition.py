@@ -157,15 +157,16 @@ def min_streaming_partition(
     k_max = min(num_resources, max_stages or num_resources)
     split_max = np.ones(n, dtype=np.int64) if split_max is None else np.asarray(split_max)
     spread_bytes = np.zeros(n) if spread_bytes is None else np.asarray(spread_bytes, float)
-    empty = np.tril(np.ones((n + 1, n + 1), dtype=bool))  # [lo, hi]: ops lo..hi-1, hi > lo
+    # Stage matrices are indexed [hi, lo] (ops lo..hi-1, hi > lo): the DP reduces over lo.
+    empty = np.triu(np.ones((n + 1, n + 1), dtype=bool))
 
     def spans(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Prefix sums of ``values`` as a row (by a stage's end, ``hi``) and as a column (by
+        """Prefix sums of ``values`` as a column (by a stage's end, ``hi``) and as a row (by
         its start, ``lo``): their difference is every stage's sum."""
         summed = np.concatenate([[0.0], np.cumsum(values)])
-        return summed[None, :], summed[:, None]
+        return summed[:, None], summed[None, :]
 
-    options = {}  # (first, width) -> (time, streamed) as (n + 1, n + 1) matrices over [lo, hi]
+    options = {}  # (first, width) -> (time, streamed) as (n + 1, n + 1) matrices over [hi, lo]
     for width in range(1, max_width + 1):
         split = split_max >= width if width > 1 else np.zeros(n, dtype=bool)
         if width > 1 and not split.any():
@@ -182,7 +183,7 @@ def min_streaming_partition(
             # Receiving the next input overlaps computing the current one.
             compute = np.maximum(
                 cost_home - cost_home_lo + cost_split - cost_split_lo
-                + spread - spread_lo, boundary_costs[k][:, None] if k > 0 else 0.0)
+                + spread - spread_lo, boundary_costs[k][None, :] if k > 0 else 0.0)
             on_home = overflow_bytes(home, capacity[k])
             on_other = overflow_bytes(part, capacity[k])
             rate = min(stream_rate[k:k + width])
@@ -197,7 +198,7 @@ def min_streaming_partition(
             options[k, width] = (time, on_home + (width - 1) * on_other)
     every_op = stage_costs[:, :k_max].min(axis=1)
     t_lo = max(float(every_op.max()) / max_width, float(every_op.sum()) / k_max, 1.0)
-    t_hi = max(float(options[0, 1][0][0, n]), t_lo)  # (0, n): everything on the first resource
+    t_hi = max(float(options[0, 1][0][n, 0]), t_lo)  # (0, n): everything on the first resource
     best = (np.inf, [], 0.0)
     for found in _least_streamed(options, n, k_max, np.geomspace(t_lo, t_hi, grid),
                                  (batches - 1) / dram_bandwidth):
@@ -209,6 +210,10 @@ def min_streaming_partition(
         if objective < best[0] - 1e-9 * max(1.0, objective):
             best = (objective, stages, streamed)
     return best
+
+
+_CACHED = 2**17
+"""Candidate values the streaming DP handles per numpy call (1 MB: one core's L2 cache)."""
 
 
 def _least_streamed(options, n, k_max, targets, dram_weight):
@@ -242,18 +247,25 @@ def _least_streamed(options, n, k_max, targets, dram_weight):
             t0, t1 = int(live[0]), int(live[-1]) + 1
             lo, hi = int(reached[0]), int(reached[-1]) + 1
             start = g[first][t0:t1, lo:hi]
-            rows, cols = slice(lo, hi), slice(lo + 1, n + 1)
-            cost = time[rows, cols] + dram_weight * streams[rows, cols]
-            candidates = start[:, :, None] + np.where(time[rows, cols] <= within[t0:t1],
-                                                      cost, np.inf)
-            arg = np.argmin(candidates, axis=1)
-            value = np.take_along_axis(candidates, arg[:, None, :], axis=1)[:, 0, :]
-            target = g[used][t0:t1, cols]
+            block = slice(lo + 1, n + 1), slice(lo, hi)  # [stage end, stage start]
+            cost = time[block] + dram_weight * streams[block]
+            arg = np.empty((t1 - t0, n - lo), dtype=np.int64)
+            value = np.empty((t1 - t0, n - lo))
+            # A few targets at a time: the (targets, ends, starts) candidates stay in cache.
+            step = max(1, _CACHED // max(1, cost.size))
+            for t in range(t0, t1, step):
+                chunk = slice(t, min(t + step, t1))
+                candidates = start[chunk.start - t0:chunk.stop - t0, None, :] + np.where(
+                    time[block] <= within[chunk], cost, np.inf)
+                arg[chunk.start - t0:chunk.stop - t0] = found = np.argmin(candidates, axis=2)
+                value[chunk.start - t0:chunk.stop - t0] = np.take_along_axis(
+                    candidates, found[:, :, None], axis=2)[:, :, 0]
+            target = g[used][t0:t1, block[0]]
             better = value < target
             target[better] = value[better]
-            from_first[used][t0:t1, cols][better] = first
-            from_width[used][t0:t1, cols][better] = width
-            from_op[used][t0:t1, cols][better] = arg[better] + lo
+            from_first[used][t0:t1, block[0]][better] = first
+            from_width[used][t0:t1, block[0]][better] = width
+            from_op[used][t0:t1, block[0]][better] = arg[better] + lo
     results = []
     for t in range(len(targets)):
         totals = g[1:, t, n]
@@ -267,9 +279,9 @@ def _least_streamed(options, n, k_max, targets, dram_weight):
             first, width, i = (int(a[used, t, j]) for a in (from_first, from_width, from_op))
             stages.append(StreamingStage(i, j, first, width))
             time, streams = options[first, width]
-            slowest = max(slowest, float(time[i, j]))
-            latency += float(time[i, j])
-            streamed += float(streams[i, j])
+            slowest = max(slowest, float(time[j, i]))
+            latency += float(time[j, i])
+            streamed += float(streams[j, i])
             used, j = first, i
         results.append((stages[::-1], streamed, slowest, latency))
     return results

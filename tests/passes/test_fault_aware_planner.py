@@ -96,3 +96,31 @@ def test_planning_again_on_the_same_problem_reuses_its_runs_and_simulations():
     fresh = PlanningProblem(problem.graph, system, Topology(system), simulator=simulate_workload)
     assert FaultAwarePlanner(batches=8, rounds=2).plan(problem) == \
            FaultAwarePlanner(batches=8, rounds=2).plan(fresh)
+
+
+def test_a_trial_mapping_is_judged_as_summing_every_flow_afresh_would():
+    import random
+
+    from tvm_chiplet.passes.planners.fault_aware import _better, _Loads
+
+    system, _ = with_faults(load_system("mesh-4x4"), "x1y1,x0y0:x1y0,x2y0:x2y1")
+    problem = branchy_problem(system)
+    alive = [c.id for c in system.clusters]
+    rng = random.Random(7)
+    used = alive[:8]
+    pairs = {(a, b): rng.choice([1000, 5000, 20000]) for a, b in zip(used, used[1:])}
+    pairs.update({(used[i], used[i + 3]): 3000 for i in range(0, 5, 2)})
+    fixed = {(alive[-1], c): 7000 for c in used[::3]}
+    image = {c: c for c in used}
+    loads = _Loads(problem, pairs, fixed, image)
+    decisions = []
+    for _ in range(300):
+        a = rng.choice(used)
+        other = rng.choice([c for c in alive if c != a])
+        changes = ({a: image[other], other: image[a]} if other in image else {a: other})
+        if other not in image and other in image.values():
+            continue  # taken by another cluster's image
+        afresh = _Loads(problem, pairs, fixed, {**image, **changes}).value
+        decisions.append(loads.improves(changes, (a, other)))
+        assert decisions[-1] == _better(afresh, loads.value)
+    assert any(decisions) and not all(decisions)
