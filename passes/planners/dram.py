@@ -81,38 +81,41 @@ def balance_dram(problem: PlanningProblem, placement: Placement, lend: bool = Fa
     loan = {(c, k): pulp.LpVariable(f"y_{c}_{k}", lowBound=0, upBound=1)
             for c in sorted(streamed) for k in sorted(spare)}
     lp += busiest
+    # Constraints from (variable, coefficient) lists: pulp's arithmetic builds an expression
+    # object per term, seconds for the loans of a 256-cluster grid.
     on_link: dict[int, list] = {}
     for c in sorted(streamed):
-        lp += (pulp.lpSum(share[c, d.id] for d in system.drams)
-               + pulp.lpSum(loan[c, k] for k in sorted(spare)) == 1), f"all_bytes_{c}"
+        part = streamed[c] / scale
+        lp += _expression([(share[c, d.id], 1) for d in system.drams]
+                          + [(loan[c, k], 1) for k in sorted(spare)]) == 1, f"all_bytes_{c}"
         if spare:
-            lp += (pulp.lpSum(loan[c, k] for k in sorted(spare))
+            lp += (_expression([(loan[c, k], 1) for k in sorted(spare)])
                    <= max(0.0, 1.0 - rounding[c] / streamed[c])), f"borrowed_{c}"
         for d in system.drams:
             for link in topology.route(d.node, c):
-                on_link.setdefault(link, []).append(streamed[c] / scale * share[c, d.id])
+                on_link.setdefault(link, []).append((share[c, d.id], part))
         for k in sorted(spare):
             for link in topology.route(k, c):
-                on_link.setdefault(link, []).append(streamed[c] / scale * loan[c, k])
+                on_link.setdefault(link, []).append((loan[c, k], part))
     for k in sorted(spare):
-        lp += (pulp.lpSum(streamed[c] / scale * loan[c, k] for c in sorted(streamed))
+        lp += (_expression([(loan[c, k], streamed[c] / scale) for c in sorted(streamed)])
                <= spare[k] / scale), f"spare_sram_{k}"
     for d in system.drams:
-        lp += (pulp.lpSum(streamed[c] / scale * share[c, d.id] for c in sorted(streamed))
-               <= busiest * d.bandwidth), f"controller_{d.id}"
+        lp += _expression([(share[c, d.id], streamed[c] / scale) for c in sorted(streamed)]
+                          + [(busiest, -d.bandwidth)]) <= 0, f"controller_{d.id}"
     for link, terms in sorted(on_link.items()):
-        lp += (background[link] / scale + pulp.lpSum(terms)
-               <= busiest * system.links[link].bandwidth), f"link_{link}"
+        lp += _expression(terms + [(busiest, -system.links[link].bandwidth)],
+                          background[link] / scale) <= 0, f"link_{link}"
     try:
         lp.solve(pulp.PULP_CBC_CMD(msg=False, timeLimit=10))
         if spare and pulp.LpStatus[lp.status] == "Optimal":
             # Among the solutions as good (up to solver tolerance), the shortest routes.
             lp += busiest <= (1.0 + 1e-6) * busiest.value(), "least_busiest"
-            lp.setObjective(pulp.lpSum(
-                streamed[c] / scale * (1 + len(topology.route(system.drams[d].node, c))) * var
-                for (c, d), var in share.items()) + pulp.lpSum(
-                streamed[c] / scale * len(topology.route(k, c)) * var
-                for (c, k), var in loan.items()))
+            lp.setObjective(_expression(
+                [(var, streamed[c] / scale * (1 + len(topology.route(system.drams[d].node, c))))
+                 for (c, d), var in share.items()]
+                + [(var, streamed[c] / scale * len(topology.route(k, c)))
+                   for (c, k), var in loan.items()]))
             lp.solve(pulp.PULP_CBC_CMD(msg=False, timeLimit=10))
     except pulp.PulpSolverError:
         return placement  # no working solver: the placement keeps its own DRAM policy
@@ -136,6 +139,12 @@ def balance_dram(problem: PlanningProblem, placement: Placement, lend: bool = Fa
         notes["sram_lent_bytes"] = sum(nbytes for _, _, nbytes in loans)
     return dataclasses.replace(placement, dram_policy="balanced", dram_shares=tuple(shares),
                                sram_loans=loans, notes=notes)
+
+
+def _expression(terms: list, constant: float = 0.0) -> pulp.LpAffineExpression:
+    """The sum of ``coefficient * variable`` over ``terms`` (each variable once) plus
+    ``constant``."""
+    return pulp.LpAffineExpression(terms, constant)
 
 
 def fastest_dram(problem: PlanningProblem, placement: Placement, batches: int,
