@@ -104,7 +104,7 @@ def balance_dram(problem: PlanningProblem, placement: Placement, lend: bool = Fa
         lp += _expression([(share[c, d.id], streamed[c] / scale) for c in sorted(streamed)]
                           + [(busiest, -d.bandwidth)]) <= 0, f"controller_{d.id}"
     for link, terms in sorted(on_link.items()):
-        lp += _expression(terms + [(busiest, -system.links[link].bandwidth)],
+        lp += _expression([*terms, (busiest, -system.links[link].bandwidth)],
                           background[link] / scale) <= 0, f"link_{link}"
     try:
         lp.solve(pulp.PULP_CBC_CMD(msg=False, timeLimit=10))

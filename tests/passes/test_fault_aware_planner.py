@@ -1,5 +1,7 @@
 """Tests of the fault-aware planner: partition, map onto the surviving topology, iterate."""
 
+import itertools
+
 import networkx as nx
 import pytest
 
@@ -108,7 +110,7 @@ def test_a_trial_mapping_is_judged_as_summing_every_flow_afresh_would():
     alive = [c.id for c in system.clusters]
     rng = random.Random(7)
     used = alive[:8]
-    pairs = {(a, b): rng.choice([1000, 5000, 20000]) for a, b in zip(used, used[1:])}
+    pairs = {(a, b): rng.choice([1000, 5000, 20000]) for a, b in itertools.pairwise(used)}
     pairs.update({(used[i], used[i + 3]): 3000 for i in range(0, 5, 2)})
     fixed = {(alive[-1], c): 7000 for c in used[::3]}
     image = {c: c for c in used}
