@@ -177,7 +177,16 @@ def min_streaming_partition(
                              for v in spans(spread_bytes * split))
         part = (w_split - w_split_lo) / width
         home = part + w_home - w_home_lo
+        # Resources alike (same op costs, receive costs, SRAM, stream rate: most of a regular
+        # grid) have the same stages: built once.
+        built: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         for k in range(k_max - width + 1):
+            rate = min(stream_rate[k:k + width])
+            alike = (stage_costs[:, k].tobytes(), k > 0 and boundary_costs[k].tobytes(),
+                     capacity[k], rate)
+            if alike in built:
+                options[k, width] = built[alike]
+                continue
             cost_split, cost_split_lo = (v / width for v in spans(stage_costs[:, k] * split))
             cost_home, cost_home_lo = spans(stage_costs[:, k] * ~split)
             # Receiving the next input overlaps computing the current one.
@@ -186,7 +195,6 @@ def min_streaming_partition(
                 + spread - spread_lo, boundary_costs[k][None, :] if k > 0 else 0.0)
             on_home = overflow_bytes(home, capacity[k])
             on_other = overflow_bytes(part, capacity[k])
-            rate = min(stream_rate[k:k + width])
             fetch = np.maximum(on_home, on_other) / rate
             time = np.maximum(compute, fetch) + exposed * np.minimum(compute, fetch)
             time[empty] = np.inf
@@ -195,7 +203,7 @@ def min_streaming_partition(
             if lend:  # free SRAM (negative) offsets what other stages stream from DRAM
                 on_home = np.where(home > capacity[k], on_home, home - capacity[k])
                 on_other = np.where(part > capacity[k], on_other, part - capacity[k])
-            options[k, width] = (time, on_home + (width - 1) * on_other)
+            options[k, width] = built[alike] = (time, on_home + (width - 1) * on_other)
     every_op = stage_costs[:, :k_max].min(axis=1)
     t_lo = max(float(every_op.max()) / max_width, float(every_op.sum()) / k_max, 1.0)
     t_hi = max(float(options[0, 1][0][n, 0]), t_lo)  # (0, n): everything on the first resource
