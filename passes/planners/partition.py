@@ -256,18 +256,18 @@ def _least_streamed(options, n, k_max, targets, dram_weight):
             lo, hi = int(reached[0]), int(reached[-1]) + 1
             start = g[first][t0:t1, lo:hi]
             block = slice(lo + 1, n + 1), slice(lo, hi)  # [stage end, stage start]
-            cost = time[block] + dram_weight * streams[block]
+            stage_time = time[block]
+            cost = stage_time + dram_weight * streams[block]
             arg = np.empty((t1 - t0, n - lo), dtype=np.int64)
             value = np.empty((t1 - t0, n - lo))
             # A few targets at a time: the (targets, ends, starts) candidates stay in cache.
             step = max(1, _CACHED // max(1, cost.size))
-            for t in range(t0, t1, step):
-                chunk = slice(t, min(t + step, t1))
-                candidates = start[chunk.start - t0:chunk.stop - t0, None, :] + np.where(
-                    time[block] <= within[chunk], cost, np.inf)
-                arg[chunk.start - t0:chunk.stop - t0] = found = np.argmin(candidates, axis=2)
-                value[chunk.start - t0:chunk.stop - t0] = np.take_along_axis(
-                    candidates, found[:, :, None], axis=2)[:, :, 0]
+            for c0 in range(0, t1 - t0, step):
+                c1 = min(c0 + step, t1 - t0)
+                candidates = start[c0:c1, None, :] + np.where(
+                    stage_time <= within[t0 + c0:t0 + c1], cost, np.inf)
+                arg[c0:c1] = found = np.argmin(candidates, axis=2)
+                value[c0:c1] = np.take_along_axis(candidates, found[:, :, None], axis=2)[:, :, 0]
             target = g[used][t0:t1, block[0]]
             better = value < target
             target[better] = value[better]
