@@ -140,7 +140,8 @@ def _map_clusters(problem: PlanningProblem, placement: Placement, max_passes: in
         return cluster.macs_per_cycle, cluster.sram_bytes, cluster.local_bandwidth
 
     image = {c: c for c in used}
-    loads = _Loads(problem, pairs, fixed, image)
+    hops: dict[tuple[int, int], int] = {}
+    loads = _Loads(problem, pairs, fixed, image, hops)
     for _ in range(max_passes):
         improved = False
         for i, a in enumerate(used):
@@ -154,7 +155,7 @@ def _map_clusters(problem: PlanningProblem, placement: Placement, max_passes: in
                            else {a: other})
                 if loads.improves(changes, (a, other)):
                     image, improved = {**image, **changes}, True
-                    loads = _Loads(problem, pairs, fixed, image)  # summed afresh: no drift
+                    loads = _Loads(problem, pairs, fixed, image, hops)  # afresh: no drift
         if not improved:
             break
     return _relabel(placement, image)
@@ -173,8 +174,10 @@ class _Loads:
     value: (busiest link's load in cycles, hop-bytes); :meth:`improves` tells whether an image
     that differs at a few clusters is better, from the flows that touch them alone."""
 
-    def __init__(self, problem: PlanningProblem, pairs, fixed, image: dict[int, int]) -> None:
+    def __init__(self, problem: PlanningProblem, pairs, fixed, image: dict[int, int],
+                 hops: dict | None = None) -> None:
         self.topology = problem.topology
+        self.hops = {} if hops is None else hops  # (src, dst) -> links on its route
         self.rate = [link.bandwidth for link in problem.system.links]
         self.image = image
         # (a, b, bytes, whether a moves with the image): fetches come from fixed sources.
@@ -209,34 +212,29 @@ class _Loads:
     def improves(self, changes: dict[int, int], clusters: tuple[int, ...]) -> bool:
         """Whether the image with ``changes`` (at ``clusters``' flows) has a better value
         (:func:`_better`)."""
-        trial = _Changed(self.image, changes)
+        image, hops = self.image, self.hops
         touched = sorted({i for c in clusters for i in self.touching.get(c, ())})
-        rerouted = [self._route(self.flows[index], trial) for index in touched]
-        hop_bytes = self.hop_bytes
-        for index, route in zip(touched, rerouted, strict=True):
-            hop_bytes += -1.0 * self.flows[index][2] * len(self.routes[index])
-            hop_bytes += 1.0 * self.flows[index][2] * len(route)
+        moved_ends, hop_bytes = [], self.hop_bytes
+        for index in touched:
+            a, b, nbytes, mapped = self.flows[index]
+            ends = (changes[a] if a in changes else image.get(a, a)) if mapped else a, (
+                changes[b] if b in changes else image.get(b, b))
+            if ends not in hops:
+                hops[ends] = len(self.topology.route(*ends))
+            moved_ends.append(ends)
+            hop_bytes += -1.0 * nbytes * len(self.routes[index])
+            hop_bytes += 1.0 * nbytes * hops[ends]
         if self.unloading.isdisjoint(touched) and not _better((self.value[0], hop_bytes),
                                                               self.value):
             return False  # the busiest link stays as loaded, and hop-bytes do not drop
         change: dict[int, float] = defaultdict(float)
-        for index, route in zip(touched, rerouted, strict=True):
+        for index, ends in zip(touched, moved_ends, strict=True):
             self._add(change, self.flows[index][2], self.routes[index], -1.0)
-            self._add(change, self.flows[index][2], route, 1.0)
+            self._add(change, self.flows[index][2], self.topology.route(*ends), 1.0)
         load = self.load
         untouched = next((load[link] for link in self.busiest if link not in change), 0.0)
         busiest = max([untouched, *(load[link] + delta for link, delta in change.items())])
         return _better((busiest, hop_bytes), self.value)
-
-
-class _Changed:
-    """An image with a few clusters changed, read through ``get`` without copying it."""
-
-    def __init__(self, image: dict[int, int], changes: dict[int, int]) -> None:
-        self.image, self.changes = image, changes
-
-    def get(self, key: int, default: int) -> int:
-        return self.changes[key] if key in self.changes else self.image.get(key, default)
 
 
 def _relabel(placement: Placement, image: dict[int, int]) -> Placement:
