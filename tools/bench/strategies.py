@@ -57,9 +57,11 @@ QUICK = {
 
 
 def make_planners(names: list[str], batches: int, ilp_time_limit: float) -> dict[str, Planner]:
-    """The planners to compare; the ILP (also inside ``auto``) gets the given time limit.
+    """The planners to compare; the ILP gets the given time limit.
     ``tensor-parallel@N`` is tensor-parallel planned for ``N`` inputs (it may then copy a plan
-    on tiles of the grid); plain ``tensor-parallel`` plans for one input."""
+    on tiles of the grid); plain ``tensor-parallel`` plans for one input. ``auto`` chooses
+    among pipeline, tensor-parallel (for one input) and modular; ``auto-default`` is ``auto`` as
+    ``tvmc compile --strategy auto`` plans (every registered strategy, ``batches`` inputs)."""
     planners: dict[str, Planner] = {}
     for name in names:
         base, _, inputs = name.partition("@")
@@ -67,6 +69,8 @@ def make_planners(names: list[str], batches: int, ilp_time_limit: float) -> dict
             planners[name] = TensorParallelPlanner(batches=int(inputs))
         elif name == "ilp":
             planners[name] = IlpPlanner(time_limit=ilp_time_limit)
+        elif name == "auto-default":
+            planners[name] = AutoPlanner(batches=batches)
         elif name == "auto":
             planners[name] = AutoPlanner(
                 [PipelinePlanner(batches=batches), TensorParallelPlanner(),
@@ -187,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="presets or system TOML files (tools/bench/systems/ has 8x8 and "
                         "16x16 meshes of the mesh-4x4 kind)")
     parser.add_argument("--strategies", nargs="+", default=list(PLANNERS),
-                        help="strategies; tensor-parallel@N plans tensor-parallel for N inputs")
+                        help="strategies; tensor-parallel@N plans tensor-parallel for N inputs, "
+                        "auto-default is auto as tvmc compile plans it")
     parser.add_argument("--batches", type=int, default=64)
     parser.add_argument("--network", default="flow")
     parser.add_argument("--device-dtypes", nargs="+", default=["int8", "fp32"],
