@@ -137,12 +137,21 @@ class Topology:
     # ------------------------------------------------------------------ routes
     def route(self, src: int, dst: int) -> list[int]:
         """Link ids from cluster ``src`` to cluster ``dst`` (empty when equal)."""
+        return list(self._path(src, dst))
+
+    def hops(self, src: int, dst: int) -> int:
+        """Number of links on the route from ``src`` to ``dst``."""
+        return len(self._path(src, dst))
+
+    def _path(self, src: int, dst: int) -> tuple[int, ...]:
+        """The route from ``src`` to ``dst``, computed once (callers must not keep it
+        mutable: :meth:`route` copies it)."""
         try:
             known = self._routes.get((src, dst))  # only checked ids are ever stored
         except TypeError:  # unhashable: _node says what is wrong with it
             known = None
         if known is not None:
-            return list(known)
+            return known
         key = (self._node(src), self._node(dst))
         if key not in self._routes:
             src, dst = key
@@ -153,11 +162,7 @@ class Topology:
             else:
                 path = self._dor_route(src, dst)
             self._routes[key] = path
-        return list(self._routes[key])
-
-    def hops(self, src: int, dst: int) -> int:
-        """Number of links on the route from ``src`` to ``dst``."""
-        return len(self.route(src, dst))
+        return self._routes[key]
 
     def route_latency(self, src: int, dst: int) -> float:
         """Sum of link latencies (cycles) on the route from ``src`` to ``dst``."""

@@ -81,15 +81,16 @@ def balance_dram(problem: PlanningProblem, placement: Placement, lend: bool = Fa
     loan = {(c, k): pulp.LpVariable(f"y_{c}_{k}", lowBound=0, upBound=1)
             for c in sorted(streamed) for k in sorted(spare)}
     lp += busiest
-    # Constraints from (variable, coefficient) lists: pulp's arithmetic builds an expression
-    # object per term, seconds for the loans of a 256-cluster grid.
+    # Constraints from (variable, coefficient) lists, each variable once: pulp's arithmetic
+    # builds an expression object per term, seconds for the loans of a 256-cluster grid.
     on_link: dict[int, list] = {}
     for c in sorted(streamed):
         part = streamed[c] / scale
-        lp += _expression([(share[c, d.id], 1) for d in system.drams]
-                          + [(loan[c, k], 1) for k in sorted(spare)]) == 1, f"all_bytes_{c}"
+        lp += pulp.LpAffineExpression(
+            [(share[c, d.id], 1) for d in system.drams]
+            + [(loan[c, k], 1) for k in sorted(spare)]) == 1, f"all_bytes_{c}"
         if spare:
-            lp += (_expression([(loan[c, k], 1) for k in sorted(spare)])
+            lp += (pulp.LpAffineExpression([(loan[c, k], 1) for k in sorted(spare)])
                    <= max(0.0, 1.0 - rounding[c] / streamed[c])), f"borrowed_{c}"
         for d in system.drams:
             for link in topology.route(d.node, c):
@@ -98,20 +99,22 @@ def balance_dram(problem: PlanningProblem, placement: Placement, lend: bool = Fa
             for link in topology.route(k, c):
                 on_link.setdefault(link, []).append((loan[c, k], part))
     for k in sorted(spare):
-        lp += (_expression([(loan[c, k], streamed[c] / scale) for c in sorted(streamed)])
+        lp += (pulp.LpAffineExpression(
+            [(loan[c, k], streamed[c] / scale) for c in sorted(streamed)])
                <= spare[k] / scale), f"spare_sram_{k}"
     for d in system.drams:
-        lp += _expression([(share[c, d.id], streamed[c] / scale) for c in sorted(streamed)]
-                          + [(busiest, -d.bandwidth)]) <= 0, f"controller_{d.id}"
+        lp += pulp.LpAffineExpression(
+            [(share[c, d.id], streamed[c] / scale) for c in sorted(streamed)]
+            + [(busiest, -d.bandwidth)]) <= 0, f"controller_{d.id}"
     for link, terms in sorted(on_link.items()):
-        lp += _expression([*terms, (busiest, -system.links[link].bandwidth)],
-                          background[link] / scale) <= 0, f"link_{link}"
+        lp += pulp.LpAffineExpression([*terms, (busiest, -system.links[link].bandwidth)],
+                                      background[link] / scale) <= 0, f"link_{link}"
     try:
         lp.solve(pulp.PULP_CBC_CMD(msg=False, timeLimit=10))
         if spare and pulp.LpStatus[lp.status] == "Optimal":
             # Among the solutions as good (up to solver tolerance), the shortest routes.
             lp += busiest <= (1.0 + 1e-6) * busiest.value(), "least_busiest"
-            lp.setObjective(_expression(
+            lp.setObjective(pulp.LpAffineExpression(
                 [(var, streamed[c] / scale * (1 + len(topology.route(system.drams[d].node, c))))
                  for (c, d), var in share.items()]
                 + [(var, streamed[c] / scale * len(topology.route(k, c)))
@@ -139,12 +142,6 @@ def balance_dram(problem: PlanningProblem, placement: Placement, lend: bool = Fa
         notes["sram_lent_bytes"] = sum(nbytes for _, _, nbytes in loans)
     return dataclasses.replace(placement, dram_policy="balanced", dram_shares=tuple(shares),
                                sram_loans=loans, notes=notes)
-
-
-def _expression(terms: list, constant: float = 0.0) -> pulp.LpAffineExpression:
-    """The sum of ``coefficient * variable`` over ``terms`` (each variable once) plus
-    ``constant``."""
-    return pulp.LpAffineExpression(terms, constant)
 
 
 def fastest_dram(problem: PlanningProblem, placement: Placement, batches: int,

@@ -140,8 +140,7 @@ def _map_clusters(problem: PlanningProblem, placement: Placement, max_passes: in
         return cluster.macs_per_cycle, cluster.sram_bytes, cluster.local_bandwidth
 
     image = {c: c for c in used}
-    hops: dict[tuple[int, int], int] = {}
-    loads = _Loads(problem, pairs, fixed, image, hops)
+    loads = _Loads(problem, pairs, fixed, image)
     for _ in range(max_passes):
         improved = False
         for i, a in enumerate(used):
@@ -155,7 +154,7 @@ def _map_clusters(problem: PlanningProblem, placement: Placement, max_passes: in
                            else {a: other})
                 if loads.improves(changes, (a, other)):
                     image, improved = {**image, **changes}, True
-                    loads = _Loads(problem, pairs, fixed, image, hops)  # afresh: no drift
+                    loads = _Loads(problem, pairs, fixed, image)  # summed afresh: no drift
         if not improved:
             break
     return _relabel(placement, image)
@@ -174,10 +173,8 @@ class _Loads:
     value: (busiest link's load in cycles, hop-bytes); :meth:`improves` tells whether an image
     that differs at a few clusters is better, from the flows that touch them alone."""
 
-    def __init__(self, problem: PlanningProblem, pairs, fixed, image: dict[int, int],
-                 hops: dict | None = None) -> None:
+    def __init__(self, problem: PlanningProblem, pairs, fixed, image: dict[int, int]) -> None:
         self.topology = problem.topology
-        self.hops = {} if hops is None else hops  # (src, dst) -> links on its route
         self.rate = [link.bandwidth for link in problem.system.links]
         self.image = image
         # (a, b, bytes, whether a moves with the image): fetches come from fixed sources.
@@ -212,18 +209,16 @@ class _Loads:
     def improves(self, changes: dict[int, int], clusters: tuple[int, ...]) -> bool:
         """Whether the image with ``changes`` (at ``clusters``' flows) has a better value
         (:func:`_better`)."""
-        image, hops = self.image, self.hops
+        image, topology = self.image, self.topology
         touched = sorted({i for c in clusters for i in self.touching.get(c, ())})
         moved_ends, hop_bytes = [], self.hop_bytes
         for index in touched:
             a, b, nbytes, mapped = self.flows[index]
             ends = (changes[a] if a in changes else image.get(a, a)) if mapped else a, (
                 changes[b] if b in changes else image.get(b, b))
-            if ends not in hops:
-                hops[ends] = len(self.topology.route(*ends))
             moved_ends.append(ends)
             hop_bytes += -1.0 * nbytes * len(self.routes[index])
-            hop_bytes += 1.0 * nbytes * hops[ends]
+            hop_bytes += 1.0 * nbytes * topology.hops(*ends)
         if self.unloading.isdisjoint(touched) and not _better((self.value[0], hop_bytes),
                                                               self.value):
             return False  # the busiest link stays as loaded, and hop-bytes do not drop
