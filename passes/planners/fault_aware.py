@@ -30,6 +30,8 @@ import dataclasses
 import math
 from collections import defaultdict
 
+import numpy as np
+
 from tvm_chiplet.passes.planners.base import PlanningProblem
 from tvm_chiplet.passes.planners.evaluate import placement_items, simulate_placement
 from tvm_chiplet.passes.planners.pipeline_planner import PipelinePlanner
@@ -140,7 +142,8 @@ def _map_clusters(problem: PlanningProblem, placement: Placement, max_passes: in
         return cluster.macs_per_cycle, cluster.sram_bytes, cluster.local_bandwidth
 
     image = {c: c for c in used}
-    loads = _Loads(problem, pairs, fixed, image)
+    hops = _HopTable(problem.topology)
+    loads = _Loads(problem, pairs, fixed, image, hops)
     for _ in range(max_passes):
         improved = False
         for i, a in enumerate(used):
@@ -148,13 +151,24 @@ def _map_clusters(problem: PlanningProblem, placement: Placement, max_passes: in
             idle = [c for c in problem.topology.cluster_order() if c not in taken]
             options = [("swap", b) for b in used[i + 1:] if kind(a) == kind(b)]
             options += [("move", c) for c in idle if kind(c) == kind(a)]
-            for move, other in options:
-                # The image differs at a (and, swapped, at the other cluster) only.
-                changes = ({a: image[other], other: image[a]} if move == "swap"
-                           else {a: other})
-                if loads.improves(changes, (a, other)):
-                    image, improved = {**image, **changes}, True
-                    loads = _Loads(problem, pairs, fixed, image)  # summed afresh: no drift
+            # First improvement, in the order of the options: only those that may improve
+            # are judged, and after a move is taken the rest are screened again.
+            start = 0
+            while start < len(options):
+                taken_at = None
+                for k in loads.promising(a, options[start:]):
+                    move, other = options[start + k]
+                    # The image differs at a (and, swapped, at the other cluster) only.
+                    changes = ({a: image[other], other: image[a]} if move == "swap"
+                               else {a: other})
+                    if loads.improves(changes, (a, other)):
+                        image, improved = {**image, **changes}, True
+                        loads = _Loads(problem, pairs, fixed, image, hops)  # afresh: no drift
+                        taken_at = start + k
+                        break
+                if taken_at is None:
+                    break
+                start = taken_at + 1
         if not improved:
             break
     return _relabel(placement, image)
@@ -173,8 +187,10 @@ class _Loads:
     value: (busiest link's load in cycles, hop-bytes); :meth:`improves` tells whether an image
     that differs at a few clusters is better, from the flows that touch them alone."""
 
-    def __init__(self, problem: PlanningProblem, pairs, fixed, image: dict[int, int]) -> None:
+    def __init__(self, problem: PlanningProblem, pairs, fixed, image: dict[int, int],
+                 hops: _HopTable | None = None) -> None:
         self.topology = problem.topology
+        self.hops = hops or _HopTable(problem.topology)
         self.rate = [link.bandwidth for link in problem.system.links]
         self.image = image
         # (a, b, bytes, whether a moves with the image): fetches come from fixed sources.
@@ -196,6 +212,76 @@ class _Loads:
         # The flows across the busiest link: a move that reroutes none of them cannot unload it.
         top = self.busiest[0] if self.busiest else None
         self.unloading = {index for index, route in enumerate(self.routes) if top in route}
+        # Per cluster id (by its own flows): whether moving it touches the busiest link.
+        self.crossing = np.zeros(problem.system.num_clusters, dtype=bool)
+        for c, indices in self.touching.items():
+            self.crossing[c] = not self.unloading.isdisjoint(indices)
+        self.between: dict[tuple[int, int], list[int]] = defaultdict(list)
+        for index, (a, b, _, mapped) in enumerate(self.flows):
+            if mapped:
+                self.between[min(a, b), max(a, b)].append(index)
+        self._ends = None
+
+    def promising(self, cluster: int, options: list[tuple[str, int]]) -> np.ndarray:
+        """Indices of the ``options`` of ``cluster`` (``("swap", b)`` or ``("move", c)``, as
+        :func:`_map_clusters` tries them) that :meth:`improves` may accept: those touching a
+        flow across the busiest link, and those that cut the hop-bytes. The others keep the
+        busiest link as loaded and add hop-bytes, which :meth:`improves` rejects; here their
+        hop-bytes come from vectors of route lengths for all options at once."""
+        if not options:
+            return np.zeros(0, dtype=int)
+        others = np.array([other for _, other in options])
+        crossing = self.crossing[cluster] | self.crossing[others]
+        limit = self.value[1] * (1 - 1e-9) + 1e-12 * abs(self.value[1])  # _better, with slack
+        return np.flatnonzero(crossing | (self.hop_bytes_after(cluster, options) < limit))
+
+    def hop_bytes_after(self, cluster: int, options: list[tuple[str, int]]) -> np.ndarray:
+        """The hop-bytes of the image after each of ``cluster``'s ``options``."""
+        image, hops = self.image, self.hops
+        x, anchor, to_anchor, nbytes, length = self._incidences()
+        here = image.get(cluster, cluster)
+        # Hop-bytes change when `cluster` alone moves to each position p ...
+        mine = np.flatnonzero(x == cluster)
+        moved = np.zeros(len(hops.alive_mask))
+        for i in mine:
+            row = hops.to(anchor[i]) if to_anchor[i] else hops.from_(anchor[i])
+            moved += nbytes[i] * (row - length[i])
+        # ... and when every other cluster alone moves to `cluster`'s place.
+        lengths_here = np.where(to_anchor, hops.from_(here)[anchor], hops.to(here)[anchor])
+        into_here = np.bincount(x, weights=nbytes * (lengths_here - length),
+                                minlength=len(moved))
+        others = np.array([other for _, other in options])
+        swap = np.array([move == "swap" for move, _ in options])
+        places = np.array([image.get(o, o) if s else o for (_, o), s in zip(
+            options, swap, strict=True)])
+        delta = moved[places] + np.where(swap, into_here[others], 0.0)
+        for k in np.flatnonzero(swap):
+            # A flow between the two swapped clusters moves at both ends: both terms above
+            # counted it as shrinking to nothing; it becomes the route between their places.
+            b = others[k]
+            for index in self.between.get((min(cluster, b), max(cluster, b)), ()):
+                src, _, size, _ = self.flows[index]
+                there = image.get(b, b)
+                new = hops.from_(there)[here] if src == cluster else hops.from_(here)[there]
+                delta[k] += size * (new + len(self.routes[index]))
+        return self.hop_bytes + delta
+
+    def _incidences(self):
+        """Per end of a flow that moves with the image: the cluster at that end, the place of
+        the other end (``anchor``), whether the flow goes to the anchor, its bytes, and its
+        current route length."""
+        if self._ends is None:
+            ends = []
+            for (a, b, nbytes, mapped), route in zip(self.flows, self.routes, strict=True):
+                if mapped:
+                    ends.append((a, self.image.get(b, b), True, nbytes, len(route)))
+                    ends.append((b, self.image.get(a, a), False, nbytes, len(route)))
+                else:
+                    ends.append((b, a, False, nbytes, len(route)))
+            columns = list(zip(*ends, strict=True)) if ends else [()] * 5
+            self._ends = tuple(np.array(col, dtype=kind) for col, kind in zip(
+                columns, (int, int, bool, float, float), strict=True))
+        return self._ends
 
     def _route(self, flow, image) -> list[int]:
         a, b, _, mapped = flow
@@ -230,6 +316,36 @@ class _Loads:
         untouched = next((load[link] for link in self.busiest if link not in change), 0.0)
         busiest = max([untouched, *(load[link] + delta for link, delta in change.items())])
         return _better((busiest, hop_bytes), self.value)
+
+
+class _HopTable:
+    """Route lengths from one node to every cluster, and from every cluster to it, computed the
+    first time they are asked for (0 at dead clusters, which no image uses)."""
+
+    def __init__(self, topology) -> None:
+        self.topology = topology
+        size = topology.system.num_clusters
+        self.alive = list(topology.cluster_order())
+        self.alive_mask = np.zeros(size, dtype=bool)
+        self.alive_mask[self.alive] = True
+        self._from: dict[int, np.ndarray] = {}
+        self._to: dict[int, np.ndarray] = {}
+
+    def from_(self, node: int) -> np.ndarray:
+        """``hops(node, p)`` for every cluster ``p``."""
+        return self._row(self._from, node, lambda p: self.topology.hops(node, p))
+
+    def to(self, node: int) -> np.ndarray:
+        """``hops(p, node)`` for every cluster ``p``."""
+        return self._row(self._to, node, lambda p: self.topology.hops(p, node))
+
+    def _row(self, table: dict, node: int, hops) -> np.ndarray:
+        row = table.get(int(node))
+        if row is None:
+            row = np.zeros(len(self.alive_mask))
+            row[self.alive] = [hops(p) for p in self.alive]
+            table[int(node)] = row
+        return row
 
 
 def _relabel(placement: Placement, image: dict[int, int]) -> Placement:

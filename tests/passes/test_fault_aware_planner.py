@@ -124,3 +124,37 @@ def test_a_trial_mapping_is_judged_as_summing_every_flow_afresh_would():
         decisions.append(loads.improves(changes, (a, other)))
         assert decisions[-1] == _better(afresh, loads.value)
     assert any(decisions) and not all(decisions)
+
+
+def test_the_screen_of_trial_mappings_keeps_every_one_that_improves():
+    """Trial hop-bytes, all options at once, are those summed afresh; promising() may pass
+    trials that do not improve, but never drops one that does."""
+    import random
+
+    from tvm_chiplet.passes.planners.fault_aware import _Loads
+
+    system, _ = with_faults(load_system("mesh-4x4"), "x1y1,x0y0:x1y0,x2y0:x2y1")
+    problem = branchy_problem(system)
+    alive = list(problem.topology.cluster_order())
+    rng = random.Random(11)
+    used = alive[:9]
+    pairs = {(a, b): rng.choice([1000, 5000, 20000]) for a, b in itertools.pairwise(used)}
+    pairs.update({(used[i + 3], used[i]): 3000 for i in range(0, 6, 2)})
+    fixed = {(alive[-1], c): 7000 for c in used[::3]}
+    image = dict(zip(used, rng.sample(used, len(used)), strict=True))
+    loads = _Loads(problem, pairs, fixed, image)
+    kept = dropped = 0
+    for a in used:
+        idle = [c for c in alive if c not in image.values()]
+        options = [("swap", b) for b in used if b != a] + [("move", c) for c in idle]
+        passed = set(loads.promising(a, options).tolist())
+        after = loads.hop_bytes_after(a, options)
+        for k, (move, other) in enumerate(options):
+            changes = {a: image[other], other: image[a]} if move == "swap" else {a: other}
+            afresh = _Loads(problem, pairs, fixed, {**image, **changes}).value[1]
+            assert after[k] == pytest.approx(afresh, rel=1e-12)
+            if loads.improves(changes, (a, other)):
+                assert k in passed, (a, move, other)
+                kept += 1
+        dropped += len(options) - len(passed)
+    assert kept and dropped
