@@ -153,8 +153,15 @@ class _Distributor:
             return expr
         key = (expr, cluster)
         if key not in self._crossing:
-            marker = relax.op.call_pure_packed(BOUNDARY, expr, ty_args=expr.ty)
-            self._crossing[key] = self.emit(marker, f"{expr.name}_to{cluster}", cluster)
+            marker = relax.op.call_pure_packed(BOUNDARY, expr, relax.prim_value(cluster),
+                                               ty_args=expr.ty)
+            # Bound to a Var, not a DataflowVar: the same fusion (a marker is opaque), but
+            # FuseOps takes time superlinear in the values it can fuse across, and the markers
+            # cut those: ResNet-50 split 32 ways (63k bindings), FuseOps 27 s -> 3 s. Passes
+            # may bind it to a new Var: the marker names its cluster.
+            var = self.bb.emit_output(marker, f"{expr.name}_to{cluster}")
+            self.cluster_of[var] = cluster
+            self._crossing[key] = var
         return self._crossing[key]
 
     # -- layouts -------------------------------------------------------------------------------
@@ -713,6 +720,12 @@ def _with_main(mod: tvm.IRModule, main: relax.Function) -> tvm.IRModule:
     return tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
 
 
+def _is_marker(value: relax.Expr) -> bool:
+    """Whether ``value`` is a :data:`BOUNDARY` marker (operand, reading cluster)."""
+    return (isinstance(value, relax.Call) and value.op.same_as(_PURE_PACKED)
+            and str(value.args[0].global_symbol) == BOUNDARY)
+
+
 def drop_boundaries(mod: tvm.IRModule) -> tvm.IRModule:
     """``mod`` with every :data:`BOUNDARY` marker of ``main`` replaced by its operand."""
     main = mod["main"]
@@ -722,8 +735,7 @@ def drop_boundaries(mod: tvm.IRModule) -> tvm.IRModule:
         bindings = []
         for binding in block.bindings:
             value = binding.value
-            if (isinstance(value, relax.Call) and value.op.same_as(_PURE_PACKED)
-                    and str(value.args[0].global_symbol) == BOUNDARY):
+            if _is_marker(value):
                 replace[binding.var] = replace.get(value.args[1], value.args[1])
                 continue
             new_value = _map_operands(value, lambda v: replace.get(v, v))
@@ -812,9 +824,13 @@ def distribute_and_reduce(mod: tvm.IRModule, splits: Sequence[DistributedSplit],
     # or a boundary marker, which runs on the reading cluster.
     for block in reduced["main"].body.blocks:
         for binding in block.bindings:
-            if binding.var not in cluster_of:
-                operands = [v for v in relax.analysis.free_vars(binding.value) if v in cluster_of]
-                cluster_of[binding.var] = cluster_of[operands[0]] if operands else home
+            if binding.var in cluster_of:
+                continue
+            if _is_marker(binding.value):
+                cluster_of[binding.var] = int(binding.value.args[2].value)
+                continue
+            operands = [v for v in relax.analysis.free_vars(binding.value) if v in cluster_of]
+            cluster_of[binding.var] = cluster_of[operands[0]] if operands else home
     reduced = _by_level(drop_boundaries(reduced), cluster_of)
     clusters = [cluster_of[b.var] for block in reduced["main"].body.blocks
                 for b in block.bindings]
