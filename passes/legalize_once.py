@@ -59,8 +59,7 @@ class LegalizeOnce:
         return legalizer.builder_.get()
 
 
-def _static_tensor(expr: relax.Expr) -> bool:
-    ty = expr.ty
+def _static_tensor_type(ty: relax.Type) -> bool:
     return (isinstance(ty, relax.TensorType) and ty.shape is not None
             and all(isinstance(d, tvm.tirx.IntImm) for d in ty.shape.values))
 
@@ -71,13 +70,14 @@ class _Legalizer(PyExprMutator):
         super().__init__(mod)
         self.select = select
         self.lowered: dict[tuple, tuple[_Lowered, relax.GlobalVar] | None] = {}
+        self.tensors: dict[int, tuple | None] = {}  # type hash -> (shape, dtype), None: symbolic
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)
         if not (isinstance(call.op, tvm.ir.Op) and call.op.get_attr("FLegalize") is not None
                 and (self.select is None or self.select(call))):
             return call
-        key = _signature(call)
+        key = _signature(call, self.tensors)
         if key is None:
             return call
         if key not in self.lowered:
@@ -97,10 +97,18 @@ def _is_scalar_const(arg: relax.Expr) -> bool:
     return isinstance(arg, tvm.ir.GenericConst) and not arg.ty.shape.values
 
 
-def _signature(call: relax.Call) -> tuple | None:
+def _signature(call: relax.Call, tensors: dict[int, tuple | None]) -> tuple | None:
     """What the legalization of ``call`` depends on: the op, its attributes, the type of every
     tensor operand, and the value of every other operand; None if a tensor operand has no static
-    shape or another operand reads a variable."""
+    shape or another operand reads a variable. ``tensors`` caches each distinct tensor type's
+    (shape, dtype) by its structural hash (one call into TVM instead of one per dimension)."""
+
+    def tensor(ty: relax.Type) -> tuple | None:
+        key = tvm_ffi.structural_hash(ty)
+        if key not in tensors:
+            tensors[key] = (("tensor", tuple(int(d) for d in ty.shape.values), str(ty.dtype))
+                            if _static_tensor_type(ty) else None)
+        return tensors[key]
 
     def of(arg: relax.Expr):
         if isinstance(arg, relax.Tuple):
@@ -109,9 +117,7 @@ def _signature(call: relax.Call) -> tuple | None:
         if _is_scalar_const(arg):
             return ("value", tvm_ffi.structural_hash(arg))
         if isinstance(arg, (relax.Var, tvm.ir.GenericConst)):
-            if not _static_tensor(arg):
-                return None
-            return ("tensor", tuple(int(d) for d in arg.ty.shape.values), str(arg.ty.dtype))
+            return tensor(arg.ty)
         if isinstance(arg.ty, relax.TensorType) or relax.analysis.free_vars(arg):
             return None
         return ("value", tvm_ffi.structural_hash(arg))
