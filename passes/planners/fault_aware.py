@@ -242,7 +242,7 @@ class _Loads:
         here = image.get(cluster, cluster)
         # Hop-bytes change when `cluster` alone moves to each position p ...
         mine = np.flatnonzero(x == cluster)
-        moved = np.zeros(len(hops.alive_mask))
+        moved = np.zeros(hops.size)
         for i in mine:
             row = hops.to(anchor[i]) if to_anchor[i] else hops.from_(anchor[i])
             moved += nbytes[i] * (row - length[i])
@@ -324,10 +324,8 @@ class _HopTable:
 
     def __init__(self, topology) -> None:
         self.topology = topology
-        size = topology.system.num_clusters
+        self.size = topology.system.num_clusters
         self.alive = list(topology.cluster_order())
-        self.alive_mask = np.zeros(size, dtype=bool)
-        self.alive_mask[self.alive] = True
         self._from: dict[int, np.ndarray] = {}
         self._to: dict[int, np.ndarray] = {}
 
@@ -342,7 +340,7 @@ class _HopTable:
     def _row(self, table: dict, node: int, hops) -> np.ndarray:
         row = table.get(int(node))
         if row is None:
-            row = np.zeros(len(self.alive_mask))
+            row = np.zeros(self.size)
             row[self.alive] = [hops(p) for p in self.alive]
             table[int(node)] = row
         return row
