@@ -149,8 +149,10 @@ def test_a_plan_estimated_above_the_cutoff_is_neither_realised_nor_simulated():
     assert TensorParallelPlanner(batches=4, cutoff=2 * best).plan(p).splits == free.splits
 
 
-def test_only_plans_realising_to_no_more_messages_than_the_best_estimate_are_judged(
-        monkeypatch):
+@pytest.mark.parametrize("budget", [0, 48])
+def test_only_plans_realising_to_no_more_messages_than_the_best_estimate_or_the_budget_are_judged(
+        monkeypatch, budget):
+    monkeypatch.setattr(tensor_parallel, "JUDGED_MESSAGES", budget)
     monkeypatch.setattr(tensor_parallel, "JUDGED", 99)
     monkeypatch.setattr(tensor_parallel, "JUDGED_WITHIN", float("inf"))
     base = problem(8)
@@ -162,10 +164,14 @@ def test_only_plans_realising_to_no_more_messages_than_the_best_estimate_are_jud
     plan = TensorParallelPlanner(batches=4).plan(p)
     estimates = plan.notes["estimated_cycles"]
     first = min(estimates, key=estimates.get)
-    limit = collective_messages(found[first])
+    limit = max(collective_messages(found[first]), budget)
     assert set(plan.notes["simulated_cycles"]) == {
         key for key, placement in found.items() if collective_messages(placement) <= limit}
     assert len(found) > len(plan.notes["simulated_cycles"]) >= 1
+    # Under the budget, a plan of more messages than the best estimate's is judged too.
+    larger = [key for key in plan.notes["simulated_cycles"]
+              if collective_messages(found[key]) > collective_messages(found[first])]
+    assert bool(larger) == (budget > collective_messages(found[first]))
     split = Placement("manual", (0,) * 4, (0,) * 4, (0,),
                       splits=(OpSplit(0, "out_channels", (0, 1, 2)), OpSplit(1, "rows", (0, 1))))
     assert collective_messages(split) == 9 + 4
