@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 from collections import Counter
@@ -78,9 +79,12 @@ def split_problem(mod: tvm.IRModule, reduced: tvm.IRModule, system: ChipletSyste
         # Not the high-level module (e.g. already legalized): nothing can be split.
         return PlanningProblem(graph, system, Topology(system), simulator=simulator), op_ids
     split_dims = {op_id: dict(a.dims) for op_id, a in zip(op_ids, anchors, strict=True) if a.dims}
+    follow_ops = {op_id: math.prod(a.output_shape[:-2]) for op_id, a in zip(op_ids, anchors,
+                                                                           strict=True)
+                  if a.activations}
     realiser = SplitRealiser(mod, op_ids, system.device_dtype, target)
     return PlanningProblem(graph, system, Topology(system), split_dims, simulator,
-                           realiser), op_ids
+                           realiser, follow_ops), op_ids
 
 
 class SplitRealiser:

@@ -34,12 +34,18 @@ class AnchorInfo:
         order) and its size, the largest legal ``parts``. Empty for unsupported layouts.
     output_shape : tuple of int
         Shape of the call's result; ``-1`` for a symbolic dimension.
+    activations : bool
+        Whether this is a matmul with no constant operand (of two activations, such as
+        attention's scores and context, or with weights passed as parameters):
+        DistributeTensors can then run it following a sharded operand's layout, part by part,
+        without a split of its own.
     """
 
     index: int
     op: str
     dims: dict[str, int]
     output_shape: tuple[int, ...]
+    activations: bool = False
 
 
 @dataclass(frozen=True)
@@ -125,7 +131,9 @@ def anchor_bindings(mod: tvm.IRModule) -> list[tuple[relax.VarBinding, AnchorInf
                 continue
             out = static_shape(call) or []
             shape = tuple(-1 if d is None else d for d in out)
-            found.append((binding, AnchorInfo(len(found), op, dims, shape)))
+            activations = op == "matmul" and not any(isinstance(a, tvm.ir.expr.Constant)
+                                                     for a in call.args)
+            found.append((binding, AnchorInfo(len(found), op, dims, shape, activations)))
     return found
 
 

@@ -63,6 +63,10 @@ class PlanningProblem:
     ``split_dims[op_id]`` maps each dimension an op can be split along (see
     :data:`~tvm_chiplet.passes.planners.placement.SPLIT_DIMS`) to its size; ops missing from it
     cannot be split (:func:`~tvm_chiplet.passes.split_operators.find_anchors` provides it).
+    ``follow_ops`` maps each split op with no constant operand (a matmul of two activations,
+    such as attention's) to the number of independent products it holds (the product of its
+    output's leading axes: attention's heads); such an op may instead follow a sharded
+    operand's layout part by part, as other ops do.
     ``simulator`` is the device simulator that judges candidates (see :data:`WorkloadSimulator`;
     planners reach it only through
     :func:`~tvm_chiplet.passes.planners.evaluate.simulate_placement`); strategies that compare
@@ -84,6 +88,7 @@ class PlanningProblem:
     split_dims: dict[int, dict[str, int]] = field(default_factory=dict)
     simulator: WorkloadSimulator | None = None
     realise: SplitRealise | None = None
+    follow_ops: dict[int, int] = field(default_factory=dict)
     memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

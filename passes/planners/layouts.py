@@ -13,7 +13,11 @@ builds. Every value of the op graph has a :class:`Layout`:
 A split op needs its activation input in one layout (an output-channel split reads it
 replicated over its group, an input-channel split reads it sharded along channels over the same
 group, a row split sharded along rows) and produces another. Ops that are not split follow their
-input's layout, part by part, as DistributeTensors makes them. Where a layout differs from what
+input's layout, part by part, as DistributeTensors makes them; attention's reshapes turn
+channels into heads and back (:func:`renamed_axis`), so that its scores, softmax and context
+follow the heads of the projections when the parts divide the heads (see :data:`HEADS`), and
+the matmuls of two activations (:attr:`~.base.PlanningProblem.follow_ops`) may follow instead
+of being split. Where a layout differs from what
 its consumer needs, the value is redistributed by a collective whose time is estimated from the
 busiest link of its messages on the system's routes: all-gather (ring or direct, as
 :mod:`~tvm_chiplet.targets.collectives` picks), broadcast (multicast trees where links
@@ -414,6 +418,30 @@ class LayoutCosts:
         return cycles, streaming, weights, g.index[:k], budget
 
 
+HEADS, UNEVEN_HEADS = "heads", "uneven heads"
+"""Axes of attention: channels split into heads, which softmax and the matmuls of attention
+follow locally; ``UNEVEN_HEADS`` when the parts do not divide the heads, so that DistributeTensors
+re-cuts them at whole heads and the merged channels (``"uneven channels"``) no longer line up with
+an even channel split (an all-to-all)."""
+
+
+def renamed_axis(name: str, axis: str) -> str:
+    """The axis a value sharded along ``axis`` is sharded along after an op named ``name``
+    follows it: a reshape then transpose of channels splits them into attention heads
+    (:data:`HEADS`), a transpose then reshape of heads merges them back into channels (uneven
+    ones into ``"uneven channels"``); other ops keep the axis."""
+    parts = [part for part in name.split("_") if part]
+    moves = [i for i, part in enumerate(parts) if part.startswith(("transpose", "permute"))]
+    shapes = [i for i, part in enumerate(parts) if part.startswith("reshape")]
+    if not (shapes and moves):
+        return axis
+    if axis == "channels" and shapes[0] < moves[-1]:
+        return HEADS
+    if axis in (HEADS, UNEVEN_HEADS) and moves[0] < shapes[-1]:
+        return "channels" if axis == HEADS else "uneven channels"
+    return axis
+
+
 def broken_axes(name: str) -> set[str]:
     """The axes a value sharded along cannot be followed by an op named ``name``."""
     return {axis for fragment, axis in _BREAKS if fragment in name}
@@ -486,6 +514,15 @@ class CostWalk:
             self.data.append(max(preds, key=lambda e: (e[1], -e[0]))[0] if preds else None)
             self.homes.append(costs.home(stage_of[op.op_id] if stage_of is not None else 0))
             self.broken.append(broken_axes(op.name))
+        # Independent products (heads) of each follow op, and of the ops that follow its data.
+        self.products: list[int] = []
+        for op in self.ops:
+            data = self.data[op.op_id]
+            self.products.append(problem.follow_ops.get(
+                op.op_id, self.products[data] if data is not None else 0))
+        # The heads that the follow ops reading each op's value hold (0: none read it).
+        self.heads_after = [max((problem.follow_ops.get(v, 0) for v in graph.successors(op.op_id)),
+                                default=0) for op in self.ops]
         self._scatter: dict[int, str] = {}
 
     def start(self) -> WalkState:
@@ -558,6 +595,21 @@ class CostWalk:
                 group, dim = out.group, None
                 for p, nbytes in preds:
                     move(layout[p], out, nbytes)
+                if out.kind == "sharded":
+                    axis = renamed_axis(self.ops[op_id].name, out.axis)
+                    if axis == HEADS != out.axis and self.heads_after[op_id] % parts:
+                        # Parts that cut through a head are re-cut at whole heads: each
+                        # fetches its heads from the parts holding them.
+                        axis = UNEVEN_HEADS
+                        move(out, Layout("sharded", group, axis), op.output_bytes)
+                    heads = self.products[op_id]
+                    if axis in (HEADS, UNEVEN_HEADS) and heads > 0:
+                        if heads % parts:
+                            axis = UNEVEN_HEADS
+                        # DistributeTensors cuts at whole heads: the largest part has
+                        # ceil(heads / parts) of them.
+                        parts = heads // -(-heads // parts)
+                    out = Layout("sharded", group, axis)
             charge(tile_of[group], costs.compute(op, group, parts, dim, state.weights_on))
             layout[op_id] = out
             if stopped:

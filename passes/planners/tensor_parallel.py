@@ -194,7 +194,8 @@ class TensorParallelPlanner:
         stage_of = stage_ops(problem, costs, self.max_parts) if stages > 1 else None
         options = {op_id: self._options(costs, dims, costs.tile_groups(
                        stage_of[op_id] if stage_of is not None else 0),
-                       follows=not problem.graph.ops[op_id].weight_bytes)
+                       follows=op_id in problem.follow_ops
+                       or not problem.graph.ops[op_id].weight_bytes)
                    for op_id, dims in sorted(problem.split_dims.items())}
         start = {op_id: opts[-1] for op_id, opts in options.items()}
         return _Space(key, CostWalk(costs, options, stage_of), math.ceil(self.batches / copies),
@@ -252,7 +253,8 @@ class TensorParallelPlanner:
 
     def _options(self, costs: LayoutCosts, dims: dict[str, int], groups: range,
                  follows: bool = False) -> list[tuple[str, int] | str | None]:
-        """Whole (None), :data:`~.layouts.FOLLOW` when ``follows`` (an op without weights),
+        """Whole (None), :data:`~.layouts.FOLLOW` when ``follows`` (a matmul of two
+        activations, :attr:`~.base.PlanningProblem.follow_ops`, or an op without weights),
         then every (dim, group) of ``groups`` the op's sizes allow; last: the layer-sequential
         choice (the first weight dimension over the largest group)."""
         options: list[tuple[str, int] | str | None] = [None] + ([FOLLOW] if follows else [])
@@ -334,6 +336,13 @@ def stage_ops(problem: PlanningProblem, costs: LayoutCosts, max_parts: int) -> l
     tile = costs.groups[costs.first[1] - 1].members
     sram = (1.0 - STREAM_BUFFER_FRACTION) * sum(problem.system.clusters[c].sram_bytes
                                                 for c in tile)
+    # Every group of a tile holds its first cluster, which keeps a part of the weights of every
+    # split op and all of those of every other op (run whole there, or following a split with
+    # its weights on every part): the tile's weights fit while that cluster's share fits its
+    # budget, i.e. while ``sum(w * size / parts)`` (``parts`` 1 for ops not split) fits the
+    # tile's.
+    split = np.array([op.op_id in problem.split_dims for op in ops])
+    held = weights * size / np.where(split, parts, 1.0)
     cut = problem.graph.cut_bytes()
     boundary = np.zeros((stages, len(ops) + 1))
     for t in range(1, stages):
@@ -342,7 +351,7 @@ def stage_ops(problem: PlanningProblem, costs: LayoutCosts, max_parts: int) -> l
         boundary[t] = [costs.move(src, dst, nbytes) for nbytes in cut]
     _, starts = min_bottleneck_partition(
         np.repeat(cycles[:, None], stages, axis=1), boundary, stages,
-        np.repeat(streamed[:, None], stages, axis=1), weights, np.full(stages, sram))
+        np.repeat(streamed[:, None], stages, axis=1), held, np.full(stages, sram))
     stage_of = np.zeros(len(ops), dtype=int)
     for index, start in enumerate(starts):
         stage_of[start:] = index

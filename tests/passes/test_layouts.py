@@ -1,10 +1,12 @@
 """Layouts of distributed values on the planner's side: groups, collectives, the plan cost."""
 
+import dataclasses
 from itertools import pairwise
 
 import pytest
 
 from tests.passes.test_ilp_planner import make_graph
+from tvm_chiplet.passes.analysis.op_graph import OpGraph
 from tvm_chiplet.passes.planners import PlanningProblem
 from tvm_chiplet.passes.planners.layouts import (
     FOLLOW,
@@ -18,6 +20,7 @@ from tvm_chiplet.passes.planners.layouts import (
     grid_order,
     group_islands,
     plan_cost,
+    renamed_axis,
     tile_costs,
 )
 from tvm_chiplet.passes.planners.placement import OpSplit, PlanningError
@@ -103,6 +106,77 @@ def test_an_op_without_weights_may_follow_its_input_instead_of_being_split_or_ga
     assert follow < plan_cost(c, {**split, 1: None})
     assert follow < plan_cost(c, {**split, 1: ("rows", 4)})
     assert follow == pytest.approx(plan_cost(c, split))
+
+
+def test_attention_reshapes_turn_channels_into_heads_and_back():
+    assert renamed_axis("fused_reshape_transpose", "channels") == "heads"
+    assert renamed_axis("fused_reshape1_permute_dims", "channels") == "heads"
+    assert renamed_axis("fused_transpose2_reshape1", "heads") == "channels"
+    assert renamed_axis("fused_transpose2_reshape1", "uneven heads") == "uneven channels"
+    # Other ops, and other orders, keep the axis.
+    assert renamed_axis("softmax", "heads") == "heads"
+    assert renamed_axis("fused_transpose_reshape", "channels") == "channels"
+    assert renamed_axis("fused_reshape", "channels") == "channels"
+    assert renamed_axis("fused_reshape_transpose", "rows") == "rows"
+
+
+def attention(heads):
+    """Query and value projections, attention's scores, softmax and context over ``heads``
+    heads, and the output projection, named as FuseOps names them; LayoutCosts on mesh-4x4."""
+    names = ["fused_matmul_add", "fused_reshape_transpose", "fused_matmul_add",
+             "fused_reshape_transpose1", "fused_matmul1_multiply", "softmax", "matmul2",
+             "fused_transpose2_reshape1", "fused_matmul_add_add"]
+    # The scores' matmul holds a scalar constant (1 byte), not weights.
+    plain = make_graph([(4e9, 400_000, 400_000), (0, 400_000, 0), (4e9, 400_000, 400_000),
+                        (0, 400_000, 0), (1e9, 800_000, 1), (1e6, 800_000, 0),
+                        (1e9, 400_000, 0), (0, 400_000, 0), (4e9, 400_000, 400_000)],
+                       [(0, 1), (2, 3), (1, 4), (4, 5), (5, 6), (3, 6), (6, 7), (7, 8)])
+    ops = [dataclasses.replace(op, name=name) for op, name in zip(plain.ops, names, strict=True)]
+    graph = OpGraph(ops, plain.graph, output_ops=plain.output_ops)
+    dims = {0: {"cols": 64}, 2: {"cols": 64}, 4: {"rows": 64}, 6: {"rows": 64},
+            8: {"reduction": 64}}
+    system = mesh_system(4, 4, bandwidth=32.0)
+    return LayoutCosts(PlanningProblem(graph, system, Topology(system), dims,
+                                       follow_ops={4: heads, 6: heads}))
+
+
+def test_attention_follows_its_heads_from_the_projections_to_the_output_projection():
+    four = 2  # the group of 4 clusters
+    choice = {0: ("cols", four), 2: ("cols", four), 4: FOLLOW, 6: FOLLOW,
+              8: ("reduction", four)}
+    even = attention(heads=8)
+    walk = CostWalk(even, choice)
+    state = walk.start()
+    walk.advance(state, choice)
+    # Softmax runs on its heads in place, and the merged heads are the channels the output
+    # projection reads: no collective between the projections.
+    assert state.layout[5] == Layout("sharded", four, "heads")
+    assert state.layout[7] == Layout("sharded", four, "channels")
+    assert plan_cost(even, choice) < plan_cost(even, {**choice, 4: ("rows", four)})
+    assert plan_cost(even, choice) < plan_cost(even, {**choice, 4: None})
+    # 6 heads over 4 parts: re-cut at whole heads (2, 2, 1, 1), the largest part 2 heads, and
+    # the merged channels no longer line up with the output projection's split.
+    uneven = attention(heads=6)
+    walk = CostWalk(uneven, choice)
+    state = walk.start()
+    walk.advance(state, choice)
+    assert state.layout[5] == Layout("sharded", four, "uneven heads")
+    assert state.layout[7] == Layout("sharded", four, "uneven channels")
+    assert plan_cost(uneven, choice) > plan_cost(even, choice)
+
+    def charged(costs, op_id):
+        """Cycles the walk charges for ``op_id``: its inputs' moves and its compute."""
+        walk = CostWalk(costs, choice)
+        state = walk.start()
+        walk.advance(state, choice, stop=op_id)
+        before = state.sum
+        walk.advance(state, choice, stop=op_id + 1)
+        return state.sum - before
+
+    # The re-cut is charged where the heads are split; the scores take as long as their
+    # largest part, 2 of 6 heads instead of 2 of 8.
+    assert charged(even, 1) < charged(uneven, 1)
+    assert charged(uneven, 4) == pytest.approx(charged(even, 4) * 4 / 3)
 
 
 def halves():

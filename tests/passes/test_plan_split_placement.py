@@ -55,6 +55,19 @@ def test_split_dims_come_from_the_high_level_anchors():
     assert all("out_channels" in dims or "cols" in dims for dims in problem.split_dims.values())
 
 
+def test_attention_matmuls_are_follow_ops_with_their_heads():
+    mod = load_model(models.get_model("transformer-block"))
+    problem, anchors = split_problem(mod, ReduceGraph()(mod), SYSTEM)
+    ops = problem.graph.ops
+    # The scores and context matmuls multiply two activations: each holds one product a head.
+    assert len(problem.follow_ops) == 2
+    assert set(problem.follow_ops) < set(anchors)
+    heads = set(problem.follow_ops.values())
+    assert len(heads) == 1 and heads.pop() > 1
+    # Projections with constant weights are not follow ops, whatever the fused op's constants.
+    assert all(ops[op_id].weight_bytes > 1024 for op_id in set(anchors) - set(problem.follow_ops))
+
+
 def test_the_split_anchors_parts_stay_on_their_clusters_until_an_op_needs_the_whole():
     mod = small_cnn()
     after = PlanSplitPlacement(SYSTEM, SplitFirstAnchor())(mod)

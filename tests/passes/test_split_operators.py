@@ -102,7 +102,8 @@ def test_find_anchors_lists_convs_and_matmuls_with_their_legal_dims():
     assert find_anchors(Mixed) == [
         AnchorInfo(0, "conv2d", {"batch": 2, "out_channels": 4, "in_channels": 3, "rows": 8},
                    (2, 4, 8, 8)),
-        AnchorInfo(1, "matmul", {"rows": 2, "cols": 5, "reduction": 256}, (2, 5)),
+        # Its weights are a parameter, not a constant: it may follow its input instead.
+        AnchorInfo(1, "matmul", {"rows": 2, "cols": 5, "reduction": 256}, (2, 5), True),
     ]
 
 
@@ -260,7 +261,7 @@ def test_symbolic_and_unsupported_layout_dims_are_not_legal():
             return y
 
     assert find_anchors(Symbolic) == [AnchorInfo(0, "matmul", {"cols": 6, "reduction": 8},
-                                                 (-1, 6))]
+                                                 (-1, 6), True)]
     assert find_anchors(Nhwc)[0].dims == {}
     with pytest.raises(PlanningError, match="legal dims here: none"):
         SplitOperators([AnchorSplit(0, "rows", 2)])(Nhwc)

@@ -15,7 +15,7 @@ from tvm_chiplet.passes.planners import (
     tensor_parallel,
 )
 from tvm_chiplet.passes.planners.evaluate import placement_items, simulate_placement
-from tvm_chiplet.passes.planners.layouts import FOLLOW
+from tvm_chiplet.passes.planners.layouts import FOLLOW, LayoutCosts
 from tvm_chiplet.passes.planners.placement import OpSplit, Placement
 from tvm_chiplet.passes.planners.tensor_parallel import collective_messages, snake_tiles
 from tvm_chiplet.runtime.device import simulate_workload
@@ -228,3 +228,31 @@ def test_an_activation_matmul_follows_its_split_input_and_is_not_split_itself():
     assert FOLLOW not in space.options[0] and FOLLOW not in space.options[2]
     placement = planner.plan(p)
     assert {s.op_id for s in placement.splits} == {0, 2}
+    # A matmul of two activations whose fused op holds a scalar constant may follow too.
+    scaled = make_graph([(4e9, 400_000, 400_000), (8e9, 400_000, 1), (4e9, 400_000, 400_000)],
+                        [(0, 1), (1, 2)])
+    for follow_ops, offered in (({}, False), ({1: 12}, True)):
+        p = PlanningProblem(scaled, system, Topology(system), dims, follow_ops=follow_ops)
+        space = planner._space(p, "1", [None], None)
+        assert (FOLLOW in space.options[1]) == offered
+
+
+def test_a_stage_of_a_pipeline_over_regions_keeps_its_weights_on_its_first_cluster():
+    # Op 0 cannot be split: it runs whole on its tile's first cluster, which also holds a part
+    # of every split op. Two stages of 8 clusters, 1 MiB each (0.75 MiB for weights).
+    mib = 2**20
+    graph = make_graph([(1e6, 4000, mib // 2)] + [(4e9, 4000, 2 * mib)] * 4,
+                       [(0, 1), (1, 2), (2, 3), (3, 4)])
+    dims = {i: {"out_channels": 64} for i in range(1, 5)}
+    system = mesh_system(4, 4, bandwidth=32.0, sram_bytes=mib, dram_bandwidth=1.0)
+    p = PlanningProblem(graph, system, Topology(system), dims)
+    tiles = snake_tiles(p, p.topology.tilings(2)[0])
+    costs = LayoutCosts(p, tiles=tiles)
+    stage_of = tensor_parallel.stage_ops(p, costs, max_parts=8)
+    # The tiles' SRAM (6 MiB for weights each) would hold ops 0-2 (4.5 MiB), but their first
+    # cluster would not (0.5 + 2 x 0.25 MiB): the first stage stops after op 1.
+    assert stage_of == [0, 0, 1, 1, 1]
+    for stage in (0, 1):
+        share = sum(graph.ops[i].weight_bytes / (8 if i in dims else 1)
+                    for i in range(5) if stage_of[i] == stage)
+        assert share <= 0.75 * mib
