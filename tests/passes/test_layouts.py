@@ -140,39 +140,41 @@ def attention(heads):
                                        follow_ops={4: heads, 6: heads}))
 
 
-def test_attention_follows_its_heads_from_the_projections_to_the_output_projection():
-    four = 2  # the group of 4 clusters
-    choice = {0: ("cols", four), 2: ("cols", four), 4: FOLLOW, 6: FOLLOW,
-              8: ("reduction", four)}
-    even = attention(heads=8)
-    walk = CostWalk(even, choice)
+FOUR = 2  # the group of 4 clusters
+ATTENTION_CHOICE = {0: ("cols", FOUR), 2: ("cols", FOUR), 4: FOLLOW, 6: FOLLOW,
+                    8: ("reduction", FOUR)}
+
+
+def walked(costs, stop=None):
+    """The walk of :data:`ATTENTION_CHOICE` up to ``stop`` (default: every op)."""
+    walk = CostWalk(costs, ATTENTION_CHOICE)
     state = walk.start()
-    walk.advance(state, choice)
+    walk.advance(state, ATTENTION_CHOICE, stop=stop)
+    return state
+
+
+def charged(costs, op_id):
+    """Cycles the walk charges for ``op_id``: its inputs' moves and its compute."""
+    return walked(costs, op_id + 1).sum - walked(costs, op_id).sum
+
+
+def test_attention_follows_its_heads_from_the_projections_to_the_output_projection():
+    choice = ATTENTION_CHOICE
+    even = attention(heads=8)
+    state = walked(even)
     # Softmax runs on its heads in place, and the merged heads are the channels the output
     # projection reads: no collective between the projections.
-    assert state.layout[5] == Layout("sharded", four, "heads")
-    assert state.layout[7] == Layout("sharded", four, "channels")
-    assert plan_cost(even, choice) < plan_cost(even, {**choice, 4: ("rows", four)})
+    assert state.layout[5] == Layout("sharded", FOUR, "heads")
+    assert state.layout[7] == Layout("sharded", FOUR, "channels")
+    assert plan_cost(even, choice) < plan_cost(even, {**choice, 4: ("rows", FOUR)})
     assert plan_cost(even, choice) < plan_cost(even, {**choice, 4: None})
     # 6 heads over 4 parts: re-cut at whole heads (2, 2, 1, 1), the largest part 2 heads, and
     # the merged channels no longer line up with the output projection's split.
     uneven = attention(heads=6)
-    walk = CostWalk(uneven, choice)
-    state = walk.start()
-    walk.advance(state, choice)
-    assert state.layout[5] == Layout("sharded", four, "uneven heads")
-    assert state.layout[7] == Layout("sharded", four, "uneven channels")
+    state = walked(uneven)
+    assert state.layout[5] == Layout("sharded", FOUR, "uneven heads")
+    assert state.layout[7] == Layout("sharded", FOUR, "uneven channels")
     assert plan_cost(uneven, choice) > plan_cost(even, choice)
-
-    def charged(costs, op_id):
-        """Cycles the walk charges for ``op_id``: its inputs' moves and its compute."""
-        walk = CostWalk(costs, choice)
-        state = walk.start()
-        walk.advance(state, choice, stop=op_id)
-        before = state.sum
-        walk.advance(state, choice, stop=op_id + 1)
-        return state.sum - before
-
     # The re-cut is charged where the heads are split; the scores take as long as their
     # largest part, 2 of 6 heads instead of 2 of 8.
     assert charged(even, 1) < charged(uneven, 1)
