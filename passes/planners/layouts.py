@@ -34,7 +34,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -391,20 +391,35 @@ class LayoutCosts:
         """Cycles of the slowest of ``parts`` parts of ``op`` split along ``dim`` over
         ``group`` (``dim=None``: the op runs whole, or follows its input part by part), its
         weights resident while the group's fullest member has room; records the weights."""
-        key = (op.op_id, group, parts, dim)
-        if key not in self._compute:
-            self._compute[key] = self._part_cycles(op, group, parts, dim)
-        cycles, streaming, weights, members, budget = self._compute[key]
+        cycles, streaming, weights, members, budget = self.part(op, group, parts, dim)
         if not weights:
             return cycles
         resident = weights_on[members].max() + weights <= budget
         weights_on[members] += weights
         return cycles if resident else streaming
 
+    def tile_of_cluster(self, cluster: int) -> int:
+        """The tile ``cluster`` belongs to (the first, for a cluster outside every tile)."""
+        if not hasattr(self, "_tile_of_cluster"):
+            self._tile_of_cluster = {c: t for t in range(len(self.first) - 1)
+                                     for c in self.groups[self.first[t + 1] - 1].members}
+        return self._tile_of_cluster.get(cluster, 0)
+
+    def budget(self, cluster: int) -> float:
+        """Bytes of weights ``cluster`` keeps resident: its SRAM less the stream buffer."""
+        sram = self.problem.system.clusters[cluster].sram_bytes
+        return (1.0 - STREAM_BUFFER_FRACTION) * sram
+
+    def part(self, op, group: int, parts: int, dim: str | None):
+        """``(cycles, streaming, weights, members, budget)`` of one of ``parts`` parts of
+        ``op`` along ``dim`` over ``group``: its cycles with its weights resident and
+        streamed, its weight bytes, the members holding them, and their weight budget."""
+        key = (op.op_id, group, parts, dim)
+        if key not in self._compute:
+            self._compute[key] = self._part_cycles(op, group, parts, dim)
+        return self._compute[key]
+
     def _part_cycles(self, op, group: int, parts: int, dim: str | None):
-        """What :meth:`compute` needs of one (op, group, parts, dim): the part's cycles with
-        its weights resident and streamed, its weight bytes, the members holding them, and
-        their weight budget."""
         g = self.groups[group]
         k = max(parts, 1)
         part_in, part_out, weights = part_bytes(op.input_bytes, op.output_bytes,
@@ -530,6 +545,67 @@ class CostWalk:
         return WalkState({}, np.zeros(self.costs.problem.system.num_clusters),
                          [0.0] * (len(self.costs.first) - 1))
 
+    def step(self, op_id: int, chosen, layout: Mapping[int, Layout]):
+        """One compute op of the walk with its choice ``chosen`` (``(dim, group)``, None for
+        whole, or :data:`FOLLOW`) and the layouts of its inputs: ``(out, group, parts, dim,
+        moves)``, its output's layout, where and how it runs (for :meth:`LayoutCosts.compute`),
+        and the redistributions it needs, each ``(value, src, want, nbytes)`` (the value is the
+        input's op, or the op itself for a re-cut of its output)."""
+        costs, op = self.costs, self.ops[op_id]
+        home, preds = self.homes[op_id], self.preds[op_id]
+        moves = []
+        if chosen != FOLLOW:
+            if chosen is None:
+                need = out = home
+                group, parts, dim = home.group, 1, None
+            else:
+                dim, group = chosen
+                parts = costs.groups[group].size
+                axis = AXIS_OF_DIM[dim]
+                if dim in ("out_channels", "cols"):
+                    need, out = Layout("replicated", group), Layout("sharded", group, axis)
+                elif dim in REDUCTION_DIMS:
+                    need, out = Layout("sharded", group, axis), Layout("partial", group)
+                else:
+                    need = out = Layout("sharded", group, axis)
+            data = self.data[op_id]
+            for p, nbytes in preds:
+                want = need if p == data else (Layout("replicated", group) if parts > 1
+                                               else need)
+                moves.append((p, layout[p], want, nbytes))
+            return out, group, parts, dim, moves
+        spread = [(nbytes, -p) for p, nbytes in preds
+                  if layout[p].kind in ("sharded", "partial")]
+        source = layout[-max(spread)[1]] if spread else None
+        if source is not None and source.kind == "partial":
+            if op_id not in self._scatter:
+                self._scatter[op_id] = costs.scatter_axis(op_id, self.split_ops)
+            out = Layout("sharded", source.group, self._scatter[op_id])
+        else:
+            out = source
+        if out is None or out.axis in self.broken[op_id]:
+            out, parts = home, 1
+        else:
+            parts = costs.groups[out.group].size
+        group = out.group
+        moves = [(p, layout[p], out, nbytes) for p, nbytes in preds]
+        if out.kind == "sharded":
+            axis = renamed_axis(op.name, out.axis)
+            if axis == HEADS != out.axis and self.heads_after[op_id] % parts:
+                # Parts that cut through a head are re-cut at whole heads: each fetches its
+                # heads from the parts holding them.
+                axis = UNEVEN_HEADS
+                moves.append((op_id, out, Layout("sharded", group, axis), op.output_bytes))
+            heads = self.products[op_id]
+            if axis in (HEADS, UNEVEN_HEADS) and heads > 0:
+                if heads % parts:
+                    axis = UNEVEN_HEADS
+                # DistributeTensors cuts at whole heads: the largest part has
+                # ceil(heads / parts) of them.
+                parts = heads // -(-heads // parts)
+            out = Layout("sharded", group, axis)
+        return out, group, parts, None, moves
+
     def advance(self, state: WalkState, choice: dict, stop: int | None = None,
                 limit: float = math.inf, weight: float = 0.0) -> bool:
         """Walk ``state`` on over the ops before ``stop`` (default: every op, then the model's
@@ -554,62 +630,13 @@ class CostWalk:
         walked = len(layout)
         for op in self.ops[walked:len(self.ops) if stop is None else stop]:
             op_id = op.op_id
-            home, preds = self.homes[op_id], self.preds[op_id]
+            preds = self.preds[op_id]
             if not op.is_compute:
                 layout[op_id] = layout[preds[0][0]] if preds else FREE
                 continue
-            chosen = choice.get(op_id, FOLLOW)
-            if chosen != FOLLOW:
-                if chosen is None:
-                    need = out = home
-                    group, parts, dim = home.group, 1, None
-                else:
-                    dim, group = chosen
-                    parts = costs.groups[group].size
-                    axis = AXIS_OF_DIM[dim]
-                    if dim in ("out_channels", "cols"):
-                        need, out = Layout("replicated", group), Layout("sharded", group, axis)
-                    elif dim in REDUCTION_DIMS:
-                        need, out = Layout("sharded", group, axis), Layout("partial", group)
-                    else:
-                        need = out = Layout("sharded", group, axis)
-                data = self.data[op_id]
-                for p, nbytes in preds:
-                    want = need if p == data else (Layout("replicated", group) if parts > 1
-                                                   else need)
-                    move(layout[p], want, nbytes)
-            else:
-                spread = [(nbytes, -p) for p, nbytes in preds
-                          if layout[p].kind in ("sharded", "partial")]
-                source = layout[-max(spread)[1]] if spread else None
-                if source is not None and source.kind == "partial":
-                    if op_id not in self._scatter:
-                        self._scatter[op_id] = costs.scatter_axis(op_id, self.split_ops)
-                    out = Layout("sharded", source.group, self._scatter[op_id])
-                else:
-                    out = source
-                if out is None or out.axis in self.broken[op_id]:
-                    out, parts = home, 1
-                else:
-                    parts = costs.groups[out.group].size
-                group, dim = out.group, None
-                for p, nbytes in preds:
-                    move(layout[p], out, nbytes)
-                if out.kind == "sharded":
-                    axis = renamed_axis(self.ops[op_id].name, out.axis)
-                    if axis == HEADS != out.axis and self.heads_after[op_id] % parts:
-                        # Parts that cut through a head are re-cut at whole heads: each
-                        # fetches its heads from the parts holding them.
-                        axis = UNEVEN_HEADS
-                        move(out, Layout("sharded", group, axis), op.output_bytes)
-                    heads = self.products[op_id]
-                    if axis in (HEADS, UNEVEN_HEADS) and heads > 0:
-                        if heads % parts:
-                            axis = UNEVEN_HEADS
-                        # DistributeTensors cuts at whole heads: the largest part has
-                        # ceil(heads / parts) of them.
-                        parts = heads // -(-heads // parts)
-                    out = Layout("sharded", group, axis)
+            out, group, parts, dim, moves = self.step(op_id, choice.get(op_id, FOLLOW), layout)
+            for _, src, want, nbytes in moves:
+                move(src, want, nbytes)
             charge(tile_of[group], costs.compute(op, group, parts, dim, state.weights_on))
             layout[op_id] = out
             if stopped:

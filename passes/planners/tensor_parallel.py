@@ -16,6 +16,8 @@ import numpy as np
 from tvm_chiplet.passes.planners.base import PlanningProblem
 from tvm_chiplet.passes.planners.dram import fastest_dram
 from tvm_chiplet.passes.planners.evaluate import simulate_placement
+from tvm_chiplet.passes.planners.ilp_solvers import make_solver
+from tvm_chiplet.passes.planners.layout_ilp import solve_layouts
 from tvm_chiplet.passes.planners.layouts import (
     FOLLOW,
     CostWalk,
@@ -97,12 +99,23 @@ class TensorParallelPlanner:
         Cycles (of ``batches`` inputs) above which the plan cannot win where it is compared
         (``auto`` sets it): when the best estimate exceeds it, the plan is returned neither
         realised nor simulated, with ``notes["above_cutoff"]``.
+    search : {"local", "ilp"}
+        How each layout's plan is chosen: the local search above, or the integer program of
+        :mod:`~tvm_chiplet.passes.planners.layout_ilp` (each op's strategy and group as
+        variables, weights streamed as the device streams them; ``notes["ilp"]`` has its
+        status and bound), whose objective is then the layout's estimate.
+    solver, time_limit
+        The program's solver (``"highs"`` or ``"cbc"``) and its seconds per layout.
     """
 
     name = "tensor-parallel"
 
     def __init__(self, max_parts: int | None = None, sweeps: int = 4, batches: int = 1,
-                 cutoff: float | None = None) -> None:
+                 cutoff: float | None = None, search: str = "local", solver: str = "highs",
+                 time_limit: float | None = 30.0) -> None:
+        if search not in SEARCHES:
+            raise PlanningError(f"unknown search {search!r}; valid searches: "
+                                f"{', '.join(SEARCHES)}")
         if max_parts is not None and max_parts < 1:
             raise PlanningError(f"max_parts must be >= 1, got {max_parts}")
         if sweeps < 1:
@@ -113,6 +126,9 @@ class TensorParallelPlanner:
         self.sweeps = sweeps
         self.batches = batches
         self.cutoff = cutoff
+        self.search, self.solver, self.time_limit = search, solver, time_limit
+        if search == "ilp":
+            make_solver(solver, time_limit, False, False)  # fail early if not installed
 
     def plan(self, problem: PlanningProblem) -> Placement:
         _require_split_dims(problem, self.name)
@@ -202,13 +218,51 @@ class TensorParallelPlanner:
                       stage_of, options, start, copy_tiles)
 
     def _search(self, problem: PlanningProblem, space: _Space) -> Placement:
-        """The local search of ``space`` from its start; its copies on their tiles. Each op's
+        """The plan of ``space`` (:meth:`_local_search` or, with ``search="ilp"``, the
+        integer program of :mod:`~.layout_ilp`); its copies on their tiles."""
+        if self.search == "ilp":
+            found = solve_layouts(space.walk, space.options, space.inputs, self.solver,
+                                  self.time_limit, start=space.start)
+            choice = found.choice
+            best = found.objective if found.objective is not None else space.estimate(choice)
+            notes = {"ilp": {"status": found.status, "objective": found.objective,
+                             "bound": found.bound, "seconds": round(found.seconds, 3),
+                             "variables": found.variables}}
+        else:
+            choice, best, sweeps = self._local_search(space)
+            notes = {"sweeps": sweeps}
+        costs, stage_of = space.walk.costs, space.stage_of
+        stages = len(costs.first) - 1
+        groups = [g.members for g in costs.groups]
+        splits = tuple(OpSplit(op_id, dim, groups[group])
+                       for op_id, option in choice.items() if option not in (None, FOLLOW)
+                       for dim, group in [option])
+        homes = tuple(groups[costs.first[t]][0] for t in range(stages))
+        op_stage = tuple(stage_of) if stage_of is not None else (0,) * len(problem.graph.ops)
+        notes = {"split_ops": len(splits), **notes,
+                 "groups": sorted({len(s.clusters) for s in splits})}
+        if stages > 1:
+            notes["stages"] = stages
+        placement = Placement(
+            strategy=self.name,
+            op_cluster=tuple(homes[s] for s in op_stage),
+            op_stage=op_stage,
+            stage_clusters=homes,
+            objective_cycles=best,
+            notes=notes,
+            splits=splits,
+        )
+        # Input b runs on copy b mod R.
+        return placement if space.copy_tiles is None else placement.copied_onto(space.copy_tiles)
+
+    def _local_search(self, space: _Space) -> tuple[dict, float, int]:
+        """The local search of ``space`` from its start: (choice, estimate, sweeps). Each op's
         options resume the walk from the state before the op, and stop once they cost more
         than the best so far: the result is that of walking every option whole."""
         choice, options, walk = dict(space.start), space.options, space.walk
         best = space.estimate(choice)
         sweeps = 0
-        for sweeps in range(1, self.sweeps + 1):  # noqa: B007 (reported below)
+        for sweeps in range(1, self.sweeps + 1):  # noqa: B007 (returned)
             gained = False
             before = walk.start()  # the walk up to the op whose options are tried
             for op_id, opts in options.items():
@@ -227,29 +281,7 @@ class TensorParallelPlanner:
                 choice[op_id] = kept
             if not gained:
                 break
-        costs, stage_of = space.walk.costs, space.stage_of
-        stages = len(costs.first) - 1
-        groups = [g.members for g in costs.groups]
-        splits = tuple(OpSplit(op_id, dim, groups[group])
-                       for op_id, option in choice.items() if option not in (None, FOLLOW)
-                       for dim, group in [option])
-        homes = tuple(groups[costs.first[t]][0] for t in range(stages))
-        op_stage = tuple(stage_of) if stage_of is not None else (0,) * len(problem.graph.ops)
-        notes = {"split_ops": len(splits), "sweeps": sweeps,
-                 "groups": sorted({len(s.clusters) for s in splits})}
-        if stages > 1:
-            notes["stages"] = stages
-        placement = Placement(
-            strategy=self.name,
-            op_cluster=tuple(homes[s] for s in op_stage),
-            op_stage=op_stage,
-            stage_clusters=homes,
-            objective_cycles=best,
-            notes=notes,
-            splits=splits,
-        )
-        # Input b runs on copy b mod R.
-        return placement if space.copy_tiles is None else placement.copied_onto(space.copy_tiles)
+        return choice, best, sweeps
 
     def _options(self, costs: LayoutCosts, dims: dict[str, int], groups: range,
                  follows: bool = False) -> list[tuple[str, int] | str | None]:
@@ -356,6 +388,11 @@ def stage_ops(problem: PlanningProblem, costs: LayoutCosts, max_parts: int) -> l
     for index, start in enumerate(starts):
         stage_of[start:] = index
     return [int(s) for s in stage_of]
+
+
+SEARCHES = ("local", "ilp")
+"""How tensor-parallel chooses each layout's plan: a local search on the walk's cost, or the
+integer program of :mod:`~tvm_chiplet.passes.planners.layout_ilp`."""
 
 
 def collective_messages(placement: Placement) -> int:

@@ -25,6 +25,7 @@ from tvm_chiplet.passes.pipeline import get_pipeline
 from tvm_chiplet.passes.planners import (
     PLANNERS,
     AutoPlanner,
+    IlpPlanner,
     Planner,
     planner_for_inputs,
     plans_for_inputs,
@@ -294,12 +295,16 @@ def build(
             # The strategy plans for one input (latency) or the inputs auto judges time on.
             inputs = 1 if objective == "latency" else AutoPlanner().batches
             strategy = planner_for_inputs(strategy, inputs)
+        elif strategy == IlpPlanner.name and objective in INPUT_OBJECTIVES:
+            # The ILP's own objectives: one input (with split plans), or the steady state.
+            strategy = IlpPlanner(objective="latency" if objective == "latency"
+                                  else "throughput")
         else:
             takes = [name for name in PLANNERS if plans_for_inputs(name)]
             raise ChipletTargetError(
                 f"target option objective={objective!r} applies to strategy 'auto' (every "
                 f"objective) and, with {', '.join(INPUT_OBJECTIVES)}, to the strategies that "
-                f"plan for a number of inputs ({', '.join(takes)}); the strategy is "
+                f"plan for a number of inputs ({', '.join(takes)}) and to 'ilp'; the strategy is "
                 f"{strategy!r}: add -strategy=auto (--target-chiplet-strategy auto) or drop "
                 "the objective"
             )

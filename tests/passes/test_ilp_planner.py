@@ -386,3 +386,24 @@ def test_interrupted_decomposition_returns_the_warm_start(monkeypatch):
     assert placement.notes["status"] == "interrupted"
     assert placement.notes["result"] == "heuristic"
     assert placement.objective_cycles == placement.notes["warm_start_objective"]
+
+
+def test_ops_split_by_the_program_over_strategies_and_groups_win_where_they_simulate_faster():
+    from tvm_chiplet.passes.plan_split_placement import split_problem
+
+    mod = load_model(tvm_chiplet.tools.models.get_model("small-cnn"))
+    problem, _ = split_problem(mod, ReduceGraph()(mod), load_system("mesh-4x4"),
+                               simulate_workload)
+    staged = IlpPlanner(objective="latency", splits=False).plan(problem)
+    assert not staged.splits and "split_plan_kept" not in staged.notes
+    placement = IlpPlanner(objective="latency").plan(problem)
+    notes = placement.notes
+    stage_plan = notes["heuristic_simulated_cycles" if notes["heuristic_kept"]
+                       else "ilp_simulated_cycles"]
+    # One image of a small CNN on 16 clusters: splitting its convs beats any pipeline.
+    assert notes["split_plan_kept"] and notes["result"] == "split-ilp"
+    assert notes["split_plan_simulated_cycles"] < stage_plan
+    assert notes["split_plan"]["ilp"]["status"] == "Optimal"
+    assert placement.splits and placement.strategy == "ilp"
+    assert simulate_placement(problem, placement, 1, as_built=True).total_cycles == (
+        pytest.approx(notes["split_plan_simulated_cycles"]))

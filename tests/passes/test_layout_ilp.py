@@ -1,0 +1,74 @@
+"""The integer program over each op's partition strategy and parallel group (layout_ilp)."""
+
+import itertools
+
+import pytest
+
+from tests.passes.test_ilp_planner import make_graph
+from tests.passes.test_tensor_parallel_planner import problem as chain_problem
+from tvm_chiplet.passes.planners import PlanningError, PlanningProblem, TensorParallelPlanner
+from tvm_chiplet.passes.planners.layout_ilp import solve_layouts
+from tvm_chiplet.targets.system_generators import mesh_system
+from tvm_chiplet.targets.topology import Topology
+
+# A chain of three heavy ops and a light one, whose weights fit any cluster: the program's cost
+# is then the walk's (one input per op, nothing streamed).
+CHAIN = make_graph(
+    [(4e9, 40_000, 40_000), (8e9, 40_000, 80_000), (4e9, 40_000, 40_000), (1e5, 4000, 0)],
+    [(0, 1), (1, 2), (2, 3)],
+)
+DIMS = {0: {"out_channels": 64, "rows": 56}, 1: {"out_channels": 128, "in_channels": 64},
+        2: {"cols": 3, "reduction": 512}}
+
+
+@pytest.mark.parametrize("inputs", [1, 16])
+def test_the_program_finds_the_cheapest_choice_of_every_op(inputs):
+    system = mesh_system(2, 4, bandwidth=32.0)
+    p = PlanningProblem(CHAIN, system, Topology(system), DIMS)
+    planner = TensorParallelPlanner(batches=inputs)
+    space = planner._space(p, "1", [None], None)
+    found = solve_layouts(space.walk, space.options, space.inputs)
+    assert found.status == "Optimal"
+    # Every choice of the three ops, walked: none is cheaper than the program's.
+    ops = list(space.options)
+    every = [dict(zip(ops, combo, strict=True))
+             for combo in itertools.product(*(space.options[op] for op in ops))]
+    cheapest = min(space.estimate(choice) for choice in every)
+    assert found.objective == pytest.approx(cheapest, rel=1e-6)
+    assert space.estimate(found.choice) == pytest.approx(cheapest, rel=1e-6)
+    assert found.bound == pytest.approx(found.objective, rel=1e-6)
+
+
+def test_weights_that_overflow_a_cluster_stream_at_the_dram_rate():
+    # Op 1 computes little but holds 8 MB of weights, more than a cluster's 2 MiB: whole, most
+    # of them stream every input; the program spreads them over clusters that hold them.
+    graph = make_graph([(4e9, 40_000, 40_000), (1e6, 40_000, 8_000_000), (4e9, 40_000, 40_000)],
+                       [(0, 1), (1, 2)])
+    system = mesh_system(2, 4, bandwidth=32.0, dram_bandwidth=8.0)
+    p = PlanningProblem(graph, system, Topology(system),
+                        {0: {"out_channels": 64}, 1: {"out_channels": 128}, 2: {"cols": 64}})
+    space = TensorParallelPlanner()._space(p, "1", [None], None)
+    found = solve_layouts(space.walk, space.options)
+    _, group = found.choice[1]
+    assert space.walk.costs.groups[group].size == 8  # 1 MB each fits a budget, 2 MB would not
+    whole = solve_layouts(space.walk, {**space.options, 1: [None]})
+    # Whole on one cluster, its weights less the budget (0.75 of 2 MiB) stream at 8 B/cycle.
+    streamed = (8_000_000 - 0.75 * 2 * 2**20) / 8.0
+    assert whole.objective > found.objective + 0.9 * streamed
+
+
+def test_tensor_parallel_with_the_program_reports_its_proof_and_simulates():
+    p = chain_problem(clusters=4)
+    placement = TensorParallelPlanner(search="ilp").plan(p)
+    proof = placement.notes["ilp"]
+    assert proof["status"] == "Optimal"
+    assert proof["bound"] == pytest.approx(proof["objective"], rel=1e-6)
+    assert placement.splits
+    local = TensorParallelPlanner().plan(p)
+    assert placement.objective_cycles <= local.objective_cycles * (1 + 1e-6)
+
+
+def test_an_unknown_search_is_refused():
+    with pytest.raises(PlanningError, match="unknown search 'exhaustive'; valid searches: "
+                                            "local, ilp"):
+        TensorParallelPlanner(search="exhaustive")
