@@ -130,13 +130,12 @@ def _option(walk: CostWalk, root: list[int | None], members: list[int], r: int |
 
 
 def solve_layouts(walk: CostWalk, options: dict[int, list], inputs: int = 1,
-                  solver: str = "highs", time_limit: float | None = 30.0,
-                  start: dict | None = None) -> LayoutIlpResult:
+                  solver: str = "highs", time_limit: float | None = 30.0) -> LayoutIlpResult:
     """The choice of ``options`` (op -> its options, as tensor-parallel lists them) that
     minimises the program of the module docstring on ``walk``'s costs, for ``inputs`` inputs
-    one after another, pipelined over the tiles; ``start`` (a choice) is kept when the solver
-    finds no solution in ``time_limit`` seconds. Ops whose options include ``FOLLOW``
-    follow."""
+    one after another, pipelined over the tiles. Ops whose options include ``FOLLOW``
+    follow. When the solver finds no solution in ``time_limit`` seconds, the result has no
+    objective and the choice is every op's last option."""
     began = time.perf_counter()
     costs, problem = walk.costs, walk.costs.problem
     tiles = len(costs.first) - 1
@@ -242,8 +241,6 @@ def solve_layouts(walk: CostWalk, options: dict[int, list], inputs: int = 1,
         for r, opts in decided.items():
             best = max(range(len(opts)), key=lambda i: x[r, i].value() or 0.0)
             choice[r] = opts[best]
-    elif start is not None:
-        choice.update({r: start[r] for r in decided})
     else:
         choice.update({r: opts[-1] for r, opts in decided.items()})
     return LayoutIlpResult(choice, result.status, result.objective, result.bound,

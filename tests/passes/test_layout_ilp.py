@@ -6,8 +6,13 @@ import pytest
 
 from tests.passes.test_ilp_planner import make_graph
 from tests.passes.test_tensor_parallel_planner import problem as chain_problem
-from tvm_chiplet.passes.planners import PlanningError, PlanningProblem, TensorParallelPlanner
-from tvm_chiplet.passes.planners.layout_ilp import solve_layouts
+from tvm_chiplet.passes.planners import (
+    PlanningError,
+    PlanningProblem,
+    TensorParallelPlanner,
+    tensor_parallel,
+)
+from tvm_chiplet.passes.planners.layout_ilp import LayoutIlpResult, solve_layouts
 from tvm_chiplet.targets.system_generators import mesh_system
 from tvm_chiplet.targets.topology import Topology
 
@@ -64,7 +69,7 @@ def test_tensor_parallel_with_the_program_reports_its_proof_and_simulates():
     assert proof["status"] == "Optimal"
     assert proof["bound"] == pytest.approx(proof["objective"], rel=1e-6)
     assert placement.splits
-    local = TensorParallelPlanner().plan(p)
+    local = TensorParallelPlanner(search="local").plan(p)
     assert placement.objective_cycles <= local.objective_cycles * (1 + 1e-6)
 
 
@@ -72,3 +77,17 @@ def test_an_unknown_search_is_refused():
     with pytest.raises(PlanningError, match="unknown search 'exhaustive'; valid searches: "
                                             "local, ilp"):
         TensorParallelPlanner(search="exhaustive")
+
+
+def test_one_input_is_planned_by_the_program_and_many_by_the_local_search(monkeypatch):
+    assert TensorParallelPlanner().search == "ilp"
+    assert TensorParallelPlanner(batches=64).search == "local"
+    assert TensorParallelPlanner(batches=64, search="ilp").search == "ilp"
+    # A solver that finds nothing in time leaves each layout to the local search.
+    p = chain_problem(clusters=4)
+    local = TensorParallelPlanner(search="local").plan(p)
+    monkeypatch.setattr(tensor_parallel, "solve_layouts", lambda *args: LayoutIlpResult(
+        {}, "Time limit", None, None, 30.0, 0))
+    placement = TensorParallelPlanner().plan(p)
+    assert placement.notes["ilp"] == {"status": "Time limit", "seconds": 30.0}
+    assert placement.splits == local.splits
