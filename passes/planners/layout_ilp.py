@@ -148,9 +148,6 @@ def solve_layouts(walk: CostWalk, options: dict[int, list], inputs: int = 1,
     table = {r: [_option(walk, root, members[r], r, o, fixed)
                  for o in (decided[r] if r is not None else [None])]
              for r in members}
-    for r in decided:  # a split op no value follows still has its options
-        if r not in table:
-            table[r] = [_option(walk, root, [r], r, o, fixed) for o in decided[r]]
 
     constant = np.zeros(tiles)
     unary: dict[int, list[np.ndarray]] = {r: [o.cycles.copy() for o in table[r]]
