@@ -31,6 +31,7 @@ sends between the two groups' members, on the busiest link of their routes.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 from collections import Counter
@@ -440,6 +441,7 @@ re-cuts them at whole heads and the merged channels (``"uneven channels"``) no l
 an even channel split (an all-to-all)."""
 
 
+@functools.cache
 def renamed_axis(name: str, axis: str) -> str:
     """The axis a value sharded along ``axis`` is sharded along after an op named ``name``
     follows it: a reshape then transpose of channels splits them into attention heads

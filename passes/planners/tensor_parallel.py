@@ -109,7 +109,9 @@ class TensorParallelPlanner:
         5.90x; the same plans on BERT-base and on the 8x8 mesh), the local search for many,
         whose plans take minutes to judge at 64 inputs.
     solver, time_limit
-        The program's solver (``"highs"`` or ``"cbc"``) and its seconds per layout.
+        The program's solver (``"highs"`` or ``"cbc"``) and its seconds over all layouts
+        (``None``: no limit); a layout left without time, or without a solution in it, keeps
+        the local search's plan.
     """
 
     name = "tensor-parallel"
@@ -132,6 +134,7 @@ class TensorParallelPlanner:
         self.batches = batches
         self.cutoff = cutoff
         self.search, self.solver, self.time_limit = search, solver, time_limit
+        self._solving_left = time_limit
         if search == "ilp":
             make_solver(solver, time_limit, False, False)  # fail early if not installed
 
@@ -146,6 +149,7 @@ class TensorParallelPlanner:
         searched = [space for space in spaces[:SEARCHED]
                     if space.key == "1" or started[space.key] <= SEARCH_WITHIN * fastest]
         searched += [space for space in spaces[SEARCHED:] if space.key == "1"]
+        self._solving_left = self.time_limit  # the program's seconds, over every layout
         found = {space.key: self._search(problem, space) for space in searched}
         tried = {key: cand.objective_cycles for key, cand in found.items()}
         judged = tried
@@ -225,10 +229,11 @@ class TensorParallelPlanner:
     def _search(self, problem: PlanningProblem, space: _Space) -> Placement:
         """The plan of ``space`` (:meth:`_local_search` or, with ``search="ilp"``, the
         integer program of :mod:`~.layout_ilp`); its copies on their tiles."""
-        found = None
-        if self.search == "ilp":
-            found = solve_layouts(space.walk, space.options, space.inputs, self.solver,
-                                  self.time_limit)
+        found, left = None, self._solving_left
+        if self.search == "ilp" and (left is None or left > 0):
+            found = solve_layouts(space.walk, space.options, space.inputs, self.solver, left)
+            if left is not None:
+                self._solving_left = left - found.seconds
         if found is not None and found.objective is not None:
             choice, best = found.choice, found.objective
             notes = {"ilp": {"status": found.status, "objective": found.objective,

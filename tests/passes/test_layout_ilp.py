@@ -1,5 +1,6 @@
 """The integer program over each op's partition strategy and parallel group (layout_ilp)."""
 
+import dataclasses
 import itertools
 
 import pytest
@@ -91,3 +92,21 @@ def test_one_input_is_planned_by_the_program_and_many_by_the_local_search(monkey
     placement = TensorParallelPlanner().plan(p)
     assert placement.notes["ilp"] == {"status": "Time limit", "seconds": 30.0}
     assert placement.splits == local.splits
+
+
+def test_the_programs_time_limit_is_shared_by_the_layouts(monkeypatch):
+    solved = []
+
+    def slow(walk, options, inputs, solver, time_limit):
+        solved.append(time_limit)
+        return dataclasses.replace(solve_layouts(walk, options, inputs), seconds=7.0)
+
+    monkeypatch.setattr(tensor_parallel, "solve_layouts", slow)
+    monkeypatch.setattr(tensor_parallel, "SEARCH_WITHIN", float("inf"))
+    p = chain_problem(clusters=4)  # one stage of 4 clusters, or 2 stages of 2: two layouts
+    placement = TensorParallelPlanner(time_limit=10.0).plan(p)
+    assert solved == [10.0, 3.0]
+    solved.clear()
+    TensorParallelPlanner(time_limit=5.0).plan(p)
+    assert solved == [5.0]  # nothing left for the second layout: its local search's plan
+    assert placement.notes["ilp"]["status"] == "Optimal"
