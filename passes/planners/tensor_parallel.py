@@ -54,9 +54,11 @@ class TensorParallelPlanner:
     producer's (an input-channel split after an output-channel split over the same group,
     two row splits) pays nothing, so chains of such pairs keep activations distributed.
 
-    The search starts from the layer-sequential choice (every op over the largest group along
-    its weights) and changes one op at a time to its best option given all others, sweep after
-    sweep, until a sweep gains nothing (at most ``sweeps``).
+    For one input the choice is the optimum of an integer program over every op's options
+    (``search``, :mod:`~.layout_ilp`). Otherwise a local search starts from the
+    layer-sequential choice (every op over the largest group along its weights) and changes
+    one op at a time to its best option given all others, sweep after sweep, until a sweep
+    gains nothing (at most ``sweeps``).
 
     A hierarchical search over layouts of the grid (:meth:`_layouts`), for large systems: the
     grid is cut into congruent tiles
