@@ -13,6 +13,7 @@ import math
 import os
 import re
 import signal
+import sys
 import tempfile
 import threading
 import warnings
@@ -167,6 +168,8 @@ class _Highs:
     def solve(self, lp: pulp.LpProblem) -> SolveResult:
         import highspy
 
+        if not self.msg:
+            _swallow_banner()
         warm = self.warm_start
 
         class WarmHiGHS(pulp.HiGHS):
@@ -191,6 +194,30 @@ class _Highs:
 
     def stop(self) -> None:
         """Nothing to stop: HiGHS runs in this process."""
+
+
+_banner_swallowed = False
+
+
+def _swallow_banner() -> None:
+    """Build this process's first HiGHS with standard output pointed at /dev/null: HiGHS prints
+    its banner (version, copyright) to standard output when the first one is built, whatever
+    its options, which would land in the middle of ``tvmc compile``'s summary."""
+    global _banner_swallowed
+    if _banner_swallowed:
+        return
+    import highspy
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+    _banner_swallowed = True
 
 
 def make_solver(

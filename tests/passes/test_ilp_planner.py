@@ -407,3 +407,22 @@ def test_ops_split_by_the_program_over_strategies_and_groups_win_where_they_simu
     assert placement.splits and placement.strategy == "ilp"
     assert simulate_placement(problem, placement, 1, as_built=True).total_cycles == (
         pytest.approx(notes["split_plan_simulated_cycles"]))
+
+
+def test_highs_prints_nothing_unless_asked():
+    import subprocess
+    import sys
+
+    # HiGHS prints a banner when a process builds its first solver; a fresh process shows it.
+    script = (
+        "import pulp\n"
+        "from tvm_chiplet.passes.planners.ilp_solvers import make_solver\n"
+        "lp = pulp.LpProblem('tiny', pulp.LpMinimize)\n"
+        "x = pulp.LpVariable('x', 0, 1, cat='Binary')\n"
+        "lp += x\n"
+        "lp += x >= 0\n"
+        "print(make_solver('highs', 10.0, False, False).solve(lp).status)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "Optimal", out
