@@ -124,11 +124,9 @@ def _ilp_summary(notes: dict) -> str:
     simulated = notes.get("simulated_cycles", {})
     kept = ""
     if notes.get("split_plan_kept"):
-        stage_plan = notes["heuristic_simulated_cycles" if notes["heuristic_kept"]
-                           else "ilp_simulated_cycles"]
         kept = (f"; kept the plan of its integer program over each op's partition strategy "
                 f"and parallel group (simulated {notes['split_plan_simulated_cycles']:,.0f} "
-                f"cycles, the stage plan's {stage_plan:,.0f})")
+                f"cycles, the stage plan's {notes['stage_plan_simulated_cycles']:,.0f})")
     elif notes.get("heuristic_kept"):
         kept = (f"; kept the pipeline heuristic's plan (simulated "
                 f"{notes['heuristic_simulated_cycles']:,.0f} cycles, the ILP's "

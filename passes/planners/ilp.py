@@ -493,7 +493,8 @@ class IlpPlanner:
         theirs = float(simulate_placement(problem, split, batches, as_built=True).total_cycles)
         kept = {key: split.notes[key] for key in ("ilp", "stages", "copies", "groups")
                 if key in split.notes}
-        notes = {**notes, "split_plan_simulated_cycles": theirs, "split_plan_kept": theirs < ours,
+        notes = {**notes, "stage_plan_simulated_cycles": ours,
+                 "split_plan_simulated_cycles": theirs, "split_plan_kept": theirs < ours,
                  "split_plan": kept}
         if theirs < ours:
             return dataclasses.replace(split, strategy=self.name,

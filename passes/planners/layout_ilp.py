@@ -3,8 +3,8 @@
 The integer program behind ``TensorParallelPlanner(search="ilp")`` and the split plans of the
 ``ilp`` strategy. It chooses, for every op that can be split, one option of
 :meth:`~.tensor_parallel.TensorParallelPlanner._options` (a dimension over one of the nested
-2-D groups of :func:`~.layouts.allocation_groups`, or whole) and whether the op's weights stay
-in its clusters' SRAM, for the cost of :class:`~.layouts.CostWalk`:
+2-D groups of :func:`~.layouts.allocation_groups`, or whole), for the cost of
+:class:`~.layouts.CostWalk`:
 
 - **Roots.** An op that is not split follows the value it reads most (its largest input) back
   to the split op whose choice fixes its layout: its *root*. Its compute, and the moves between

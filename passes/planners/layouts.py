@@ -275,6 +275,8 @@ class LayoutCosts:
                 self.groups.append(problem.memo[key])
                 self.tile_of.append(t)
         self.first.append(len(self.groups))
+        self._tile_of_cluster = {c: t for t in range(len(tiles))
+                                 for c in self.groups[self.first[t + 1] - 1].members}
         self._per_byte: dict[tuple[Layout, Layout], tuple[float, float]] = {}
         self._compute: dict[tuple, tuple] = {}
         system = problem.system
@@ -401,9 +403,6 @@ class LayoutCosts:
 
     def tile_of_cluster(self, cluster: int) -> int:
         """The tile ``cluster`` belongs to (the first, for a cluster outside every tile)."""
-        if not hasattr(self, "_tile_of_cluster"):
-            self._tile_of_cluster = {c: t for t in range(len(self.first) - 1)
-                                     for c in self.groups[self.first[t + 1] - 1].members}
         return self._tile_of_cluster.get(cluster, 0)
 
     def budget(self, cluster: int) -> float:
@@ -430,8 +429,7 @@ class LayoutCosts:
         streaming = cycles + max(
             cost_model.dram_fetch_cycles(weights, g.slowest, self.problem.system),
             k * weights / self.dram_rate) if weights else cycles
-        budget = (1.0 - STREAM_BUFFER_FRACTION) * g.slowest.sram_bytes
-        return cycles, streaming, weights, g.index[:k], budget
+        return cycles, streaming, weights, g.index[:k], self.budget(g.slowest.id)
 
 
 HEADS, UNEVEN_HEADS = "heads", "uneven heads"

@@ -27,7 +27,6 @@ from tvm_chiplet.passes.planners.layouts import (
 )
 from tvm_chiplet.passes.planners.partition import min_bottleneck_partition
 from tvm_chiplet.passes.planners.placement import OpSplit, Placement, PlanningError
-from tvm_chiplet.targets.workload import STREAM_BUFFER_FRACTION
 
 
 def _require_split_dims(problem: PlanningProblem, strategy: str) -> None:
@@ -381,8 +380,7 @@ def stage_ops(problem: PlanningProblem, costs: LayoutCosts, max_parts: int) -> l
     weights = np.array([op.weight_bytes for op in ops], dtype=float)
     streamed = np.maximum(cycles, weights / costs.dram_rate)
     tile = costs.groups[costs.first[1] - 1].members
-    sram = (1.0 - STREAM_BUFFER_FRACTION) * sum(problem.system.clusters[c].sram_bytes
-                                                for c in tile)
+    sram = sum(costs.budget(c) for c in tile)
     # Every group of a tile holds its first cluster, which keeps a part of the weights of every
     # split op and all of those of every other op (run whole there, or following a split with
     # its weights on every part): the tile's weights fit while that cluster's share fits its
