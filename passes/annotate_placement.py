@@ -89,6 +89,7 @@ class AnnotatePlacement:
             "dram_shares": [list(share) for share in self.placement.dram_shares],
             "replicas": [[list(pair) for pair in mapping] for mapping in self.placement.replicas],
             "sram_loans": [list(loan) for loan in self.placement.sram_loans],
+            "weight_pool": self.placement.weight_pool,
         }
         return out.with_attr(ATTR_PLACEMENT, json.dumps(summary, sort_keys=True, default=str))
 

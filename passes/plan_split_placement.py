@@ -143,6 +143,7 @@ def _realised_placement(placement: Placement, op_cluster: tuple[int, ...]) -> Pl
         dram_shares=placement.dram_shares,
         replicas=placement.replicas,
         sram_loans=placement.sram_loans,
+        weight_pool=placement.weight_pool,
     )
 
 

@@ -26,6 +26,17 @@ borrower then fetches that share of each streamed item from the lender's SRAM, o
 and only the rest from DRAM: the SRAM of all clusters acts as one pool in front of DRAM. A
 lender must keep all its own weights resident and hold its loans beside them.
 
+Weight pools (copies sharing one set of weights)
+------------------------------------------------
+Copies of a placement (input-level data parallelism) hold the same weights. When their clusters
+stream, each group of clusters that run the same work in every copy (:func:`pool_groups`) may
+instead keep *one* set of that work's weights striped over their SRAM, as sharded data
+parallelism does (ZeRO-3 / FSDP, Graphcore's replicated tensor sharding): a member keeps the
+fraction ``cap_k / max(W, sum cap)`` of every one of the group's items resident (``cap_k`` its
+resident budget, ``W`` the weights of one copy's cluster), and every batch a cluster fetches the
+other members' stripes of its items over the network, and from DRAM only what the group's SRAM
+cannot hold. Nothing else stays resident on a member.
+
 Fan-outs: rings and multicast
 -----------------------------
 An item's whole output read by items on several other clusters is one value sent to all of
@@ -142,6 +153,31 @@ def streamed_bytes(items: Sequence[WorkItem], system: ChipletSystem) -> list[int
     return streamed
 
 
+def pool_groups(clusters: Sequence[int],
+                copies: Sequence[dict[int, int]]) -> list[tuple[int, ...]]:
+    """The weight pool's groups: each of copy 0's ``clusters`` with its image in every other
+    copy (the cluster maps of :func:`replicate_items`)."""
+    return [(c, *(mapping[c] for mapping in copies)) for c in sorted(clusters)]
+
+
+def pooled_stripes(items: Sequence[WorkItem], system: ChipletSystem,
+                   groups: Sequence[Sequence[int]]) -> dict[int, tuple[tuple[int, float], ...]]:
+    """Per pooled cluster, ``(member, fraction)`` of its group: the share of each of its
+    items' weights each member keeps resident (module docstring). A group pools only when at
+    least two of its members stream."""
+    weights, _ = cluster_totals(items, system, [0] * len(items))
+    stripes: dict[int, tuple[tuple[int, float], ...]] = {}
+    for group in groups:
+        members = [k for k in group if weights[k] > system.clusters[k].sram_bytes]
+        if len(members) < 2:
+            continue
+        cap = {k: resident_budget(system.clusters[k].sram_bytes, weights[k]) for k in members}
+        held = max(max(weights[k] for k in members), sum(cap.values()))
+        share = tuple((k, cap[k] / held) for k in members)
+        stripes.update({k: share for k in members})
+    return stripes
+
+
 def controller_shares(system: ChipletSystem, topology: Topology, cluster: int,
                 policy: str = "interleave",
                 shares: Sequence[tuple[int, int, float]] = ()) -> list[tuple[int, float]]:
@@ -227,8 +263,13 @@ def build_workload(
     items: Sequence[WorkItem], system: ChipletSystem, topology: Topology | None = None,
     dram_policy: str = "interleave", dram_shares: Sequence[tuple[int, int, float]] = (),
     sram_loans: Sequence[tuple[int, int, int]] = (),
+    pool: Sequence[Sequence[int]] = (),
 ) -> tuple[list[dict], list[dict], list[bool], list[dict]]:
     """Cycles per item, one message per cross-item dependency, and weight fetches.
+
+    ``pool``: the groups of clusters that keep one set of their items' weights between them
+    (:func:`pool_groups`, module docstring); a pooled cluster fetches the other members'
+    stripes and takes no loans.
 
     Returns
     -------
@@ -246,7 +287,15 @@ def build_workload(
     """
     topology = topology or Topology(system)
     streamed = streamed_bytes(items, system)
+    stripes = pooled_stripes(items, system, pool)
+    if stripes and sram_loans:
+        raise ValueError("a weight pool and SRAM loans cannot be combined: the pool already "
+                         "holds the streamed weights in the SRAM of its members")
     loans = check_loans(items, system, sram_loans)
+    for index, item in enumerate(items):
+        if item.cluster in stripes:
+            own = dict(stripes[item.cluster])[item.cluster]
+            streamed[index] = int(item.weight_bytes * (1.0 - own))
     _, stream_total = cluster_totals(items, system, streamed)
     resident = [True] * system.num_clusters
     tasks, messages, fetches = [], [], []
@@ -262,7 +311,8 @@ def build_workload(
             earlier = streamed_on.setdefault(item.cluster, [])
             after = earlier[-2] if len(earlier) >= 2 else None
             earlier.append(index)
-            parts = []
+            parts = [(None, k, int(item.weight_bytes * fraction), topology.route(k, item.cluster))
+                     for k, fraction in stripes.get(item.cluster, ()) if k != item.cluster]
             for lender, nbytes in loans.get(item.cluster, []):
                 share = int(streamed[index] * nbytes / stream_total[item.cluster])
                 parts.append((None, lender, share, topology.route(lender, item.cluster)))

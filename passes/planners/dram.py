@@ -149,15 +149,28 @@ def fastest_dram(problem: PlanningProblem, placement: Placement, batches: int,
     """``placement`` with the DRAM placement of its streamed weights that simulates fastest for
     ``batches`` inputs (``as_built``: op splits realised), and its cycles: interleaved over
     every controller, balanced over them by :func:`balance_dram`, balanced with SRAM loans,
-    and with ``nearest`` also all in the nearest controller. ``notes["dram_placement"]`` names
-    the pick, ``notes["dram_placement_simulated_cycles"]`` every candidate's cycles and
-    ``notes["simulated_as_built"]`` whether its op splits were realised for that."""
+    and with ``nearest`` also all in the nearest controller; for copies, also kept once between
+    them in a weight pool (:attr:`~.placement.Placement.weight_pool`; what the pool's SRAM
+    cannot hold interleaved, or with ``nearest`` from the nearest controller).
+    ``notes["dram_placement"]`` names the pick, ``notes["dram_placement_simulated_cycles"]``
+    every candidate's cycles and ``notes["simulated_as_built"]`` whether its op splits were
+    realised for that."""
+    # Every candidate starts from the placement's work alone, wherever its weights were.
+    placement = dataclasses.replace(placement, dram_policy="interleave", dram_shares=(),
+                                    sram_loans=(), weight_pool=False)
     balanced = balance_dram(problem, placement)
     candidates = {"interleave": placement}
     if nearest and balanced is not placement:  # else nothing streams, or from one controller
         candidates["nearest"] = dataclasses.replace(placement, dram_policy="nearest")
     candidates["balanced"] = balanced
     candidates["balanced+loans"] = balance_dram(problem, placement, lend=True)
+    if placement.replicas and any(
+            streamed_bytes(placement_items(problem, placement), problem.system)):
+        # Copies that stream may keep one set of weights between them instead (a weight pool).
+        candidates["pooled"] = dataclasses.replace(placement, weight_pool=True)
+        if nearest:
+            candidates["pooled+nearest"] = dataclasses.replace(
+                placement, weight_pool=True, dram_policy="nearest")
     simulated = {}
     for name, cand in candidates.items():
         if cand is placement and name != "interleave":

@@ -113,7 +113,7 @@ def placement_key(placement: Placement) -> tuple:
     """What of ``placement`` its workload depends on (not its notes, strategy or objective)."""
     return (placement.op_cluster, placement.op_stage, placement.stage_clusters,
             placement.splits, placement.dram_policy, placement.dram_shares, placement.replicas,
-            placement.sram_loans)
+            placement.sram_loans, placement.weight_pool)
 
 
 def _simulate(problem: PlanningProblem, placement: Placement, batches: int, network: str,
@@ -124,6 +124,6 @@ def _simulate(problem: PlanningProblem, placement: Placement, batches: int, netw
     items = graph_items(graph, placement)
     tasks, messages, _, fetches = build_workload(
         items, problem.system, problem.topology, placement.dram_policy, placement.dram_shares,
-        replicate_loans(placement.sram_loans, placement.copy_maps))
+        replicate_loans(placement.sram_loans, placement.copy_maps), placement.pool())
     return problem.simulator(tasks, messages, problem.system, batches, network, fetches=fetches,
                              copies=placement.copies)

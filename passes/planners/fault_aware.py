@@ -108,7 +108,8 @@ def _workload(problem: PlanningProblem, placement: Placement):
     items = placement_items(problem, placement)
     return build_workload(items, problem.system, problem.topology, placement.dram_policy,
                           placement.dram_shares,
-                          replicate_loans(placement.sram_loans, placement.copy_maps))
+                          replicate_loans(placement.sram_loans, placement.copy_maps),
+                          placement.pool())
 
 
 def _traffic(problem: PlanningProblem, placement: Placement):

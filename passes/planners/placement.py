@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 
 import tvm_ffi
 
-from tvm_chiplet.targets.workload import DRAM_POLICIES
+from tvm_chiplet.targets.workload import DRAM_POLICIES, pool_groups
 
 
 @tvm_ffi.register_error
@@ -106,6 +106,11 @@ class Placement:
         each batch, ``bytes`` of what ``borrower`` streams come from ``lender`` over the network
         instead of from DRAM (see :mod:`tvm_chiplet.targets.workload`). With ``replicas``,
         every copy has the same loans between its own clusters.
+    weight_pool : bool
+        With ``replicas``: the copies keep one set of weights between them, each group of
+        clusters that run the same work in every copy striping it over their SRAM, and every
+        input fetches the other members' stripes instead of streaming from DRAM
+        (:func:`~tvm_chiplet.targets.workload.pool_groups`).
     """
 
     strategy: str
@@ -119,6 +124,7 @@ class Placement:
     dram_shares: tuple[tuple[int, int, float], ...] = ()
     replicas: tuple[tuple[tuple[int, int], ...], ...] = ()
     sram_loans: tuple[tuple[int, int, int], ...] = ()
+    weight_pool: bool = False
 
     def __post_init__(self) -> None:
         if self.dram_policy not in DRAM_POLICIES:
@@ -140,6 +146,10 @@ class Placement:
                     f"no other copy uses; found {[list(pair) for pair in mapping]}"
                 )
             taken |= targets
+        if self.weight_pool and (not self.replicas or self.sram_loans):
+            raise PlanningError(
+                "a weight pool is one set of weights shared by the copies of a placement: it "
+                "needs replicas and no SRAM loans (the pool holds the streamed weights)")
 
     @property
     def copies(self) -> int:
@@ -158,6 +168,13 @@ class Placement:
         position = {c: i for i, c in enumerate(tiles[0])}
         return replace(self, replicas=tuple(
             tuple((c, tile[position[c]]) for c in self.clusters_used()) for tile in tiles[1:]))
+
+    def pool(self) -> list[tuple[int, ...]]:
+        """The weight pool's groups (:func:`~tvm_chiplet.targets.workload.pool_groups`), or
+        none without :attr:`weight_pool`."""
+        if not self.weight_pool:
+            return []
+        return pool_groups(self.clusters_used(), self.copy_maps)
 
     def clusters_used(self) -> list[int]:
         """The clusters the placement's ops and split parts run on, and the clusters lending
@@ -215,6 +232,7 @@ class Placement:
             "dram_shares": [list(share) for share in self.dram_shares],
             "replicas": [[list(pair) for pair in mapping] for mapping in self.replicas],
             "sram_loans": [list(loan) for loan in self.sram_loans],
+            "weight_pool": self.weight_pool,
         }
 
     @classmethod
@@ -235,4 +253,5 @@ class Placement:
             replicas=tuple(tuple((int(c), int(d)) for c, d in mapping)
                            for mapping in data.get("replicas", [])),
             sram_loans=tuple(tuple(int(v) for v in loan) for loan in data.get("sram_loans", [])),
+            weight_pool=bool(data.get("weight_pool", False)),
         )

@@ -81,7 +81,9 @@ class TensorParallelPlanner:
     ``batches`` inputs and the fastest is kept (``notes["simulated_cycles"]``); a plan realising
     to more messages than the best estimate's is judged only up to :data:`JUDGED_MESSAGES`.
 
-    When the problem can realise and simulate the plan, its streamed weights are placed in DRAM
+    Judged copies are also simulated keeping one set of weights between them (a weight pool,
+    :attr:`~.placement.Placement.weight_pool`), which the estimate does not model. When the
+    problem can realise and simulate the plan, its streamed weights are placed in DRAM
     as simulates fastest (:func:`~.dram.fastest_dram`: interleaved, nearest controller, or
     balanced over the controllers with or without SRAM loans).
 
@@ -171,9 +173,9 @@ class TensorParallelPlanner:
             # small enough to realise in seconds.
             budget = max(collective_messages(found[close[0]]), JUDGED_MESSAGES)
             close = [key for key in close if collective_messages(found[key]) <= budget]
-            judged = {key: float(simulate_placement(problem, found[key], self.batches,
-                                                    as_built=True).total_cycles)
-                      for key in close}
+            judged = {}
+            for key in close:
+                found[key], judged[key] = self._judge(problem, found[key])
         best = found[min(judged, key=judged.get)]
         notes = {**best.notes, "copies": best.copies, **searched_notes}
         if judged is not tried:
@@ -184,6 +186,18 @@ class TensorParallelPlanner:
             # layer stream at once, and interleaving them loads the links across the grid.
             best, _ = fastest_dram(problem, best, self.batches, as_built=True, nearest=True)
         return best
+
+    def _judge(self, problem: PlanningProblem, placement: Placement) -> tuple[Placement, float]:
+        """``placement`` simulated as built for the planner's inputs, with its streamed
+        weights interleaved and in the nearest controller; copies also with their weights kept
+        once between them (:attr:`~.placement.Placement.weight_pool`), which the estimate does
+        not model; the fastest variant."""
+        variants = [placement, dataclasses.replace(placement, dram_policy="nearest")]
+        if placement.replicas:
+            variants += [dataclasses.replace(v, weight_pool=True) for v in variants]
+        cycles = [float(simulate_placement(problem, variant, self.batches,
+                                           as_built=True).total_cycles) for variant in variants]
+        return variants[int(np.argmin(cycles))], min(cycles)
 
     def _layouts(self, problem: PlanningProblem):
         """(key, stage tiles, copy tiles) of every layout of the grid to try: the whole grid

@@ -42,6 +42,7 @@ from tvm_chiplet.targets.topology import Topology
 from tvm_chiplet.targets.workload import (
     WorkItem,
     build_workload,
+    pool_groups,
     replicate_items,
     replicate_loans,
 )
@@ -50,7 +51,7 @@ from tvm_chiplet.tools.frontends import input_specs, load_model
 
 def describe_plan(schedule: SegmentSchedule, system: ChipletSystem, strategy: str,
                   dram_policy: str = "interleave", dram_shares=(), replicas=(),
-                  sram_loans=()) -> dict:
+                  sram_loans=(), weight_pool: bool = False) -> dict:
     """The artifact's ``plan.json``: segments, transfers with bytes and routes, modeled tasks.
 
     Task cycles come from the shared cost model; a cluster whose weights exceed its SRAM streams
@@ -59,7 +60,8 @@ def describe_plan(schedule: SegmentSchedule, system: ChipletSystem, strategy: st
     of the work of one input (``"copy"``: 0 for the segments' own tasks), ``copies`` says how
     many, and the simulator runs input ``b`` on copy ``b mod copies``. ``sram_loans``
     (:attr:`Placement.sram_loans`) turn part of the DRAM fetches into fetches from lending
-    clusters.
+    clusters; with ``weight_pool`` (:attr:`Placement.weight_pool`) the copies fetch the stripes
+    of one shared set of weights from each other.
     """
     topology = Topology(system)
     items = [
@@ -69,8 +71,10 @@ def describe_plan(schedule: SegmentSchedule, system: ChipletSystem, strategy: st
     ]
     copies = [dict(mapping) for mapping in replicas]
     items = replicate_items(items, copies)
+    pool = pool_groups(sorted({t.cluster for t in schedule.tasks}), copies) if weight_pool else ()
     work, messages, resident, fetches = build_workload(
-        items, system, topology, dram_policy, dram_shares, replicate_loans(sram_loans, copies))
+        items, system, topology, dram_policy, dram_shares, replicate_loans(sram_loans, copies),
+        pool)
     per_copy = len(schedule.tasks)
     tasks = [
         {**schedule.tasks[index % per_copy].to_dict(), "name": item.name,
@@ -108,6 +112,7 @@ def describe_plan(schedule: SegmentSchedule, system: ChipletSystem, strategy: st
         "dram_fetches": fetches,
         "dram_policy": dram_policy,
         "sram_loans": [list(loan) for loan in sram_loans],
+        "weight_pool": bool(pool),
         "copies": 1 + len(replicas),
         "clusters_used": sorted({s.cluster for s in schedule.segments}
                                 | {c for mapping in replicas for _, c in mapping}
@@ -345,7 +350,8 @@ def build(
                          placement.get("dram_policy", "interleave"),
                          [tuple(share) for share in placement.get("dram_shares", [])],
                          placement.get("replicas", []),
-                         [tuple(loan) for loan in placement.get("sram_loans", [])])
+                         [tuple(loan) for loan in placement.get("sram_loans", [])],
+                         placement.get("weight_pool", False))
     if placement:
         plan["strategy"] = placement["strategy"]
         plan["placement"] = placement

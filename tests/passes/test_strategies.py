@@ -18,6 +18,7 @@ from tvm_chiplet.passes.planners import (
     TensorParallelPlanner,
     auto,
 )
+from tvm_chiplet.passes.planners.dram import fastest_dram
 from tvm_chiplet.passes.planners.evaluate import simulate_placement
 from tvm_chiplet.passes.planners.placement import Placement
 from tvm_chiplet.runtime.device import simulate_plan, simulate_workload
@@ -70,6 +71,42 @@ def test_tensor_parallel_keeps_the_dram_placement_that_simulates_fastest_as_buil
     assert placement.notes["dram_placement"] == min(tried, key=tried.get)
     kept = simulate_placement(problem, placement, 1, as_built=True).total_cycles
     assert kept == pytest.approx(min(tried.values()), rel=1e-12)
+
+
+class CopiesOnEveryCluster:
+    """One copy of the whole model on each cluster, weights where they simulate fastest."""
+
+    name = "copies"
+
+    def plan(self, problem):
+        single = SinglePlanner().plan(problem)
+        tiles = sorted(problem.topology.tilings(16)[0], key=lambda t: t != [single.op_cluster[0]])
+        copies = single.copied_onto(tiles)
+        return fastest_dram(problem, copies, 64, nearest=True)[0]
+
+
+def test_copies_that_stream_keep_one_set_of_weights_in_a_pool_when_it_simulates_faster(
+        resnet18_problem):
+    # ResNet-18's 11 MB of int8 weights in 16 copies on mesh-4x4's 2 MB clusters: every copy
+    # streams, and the pool's 16 stripes hold the whole model where DRAM feeds 16 copies.
+    model, problem = resnet18_problem
+    placement = CopiesOnEveryCluster().plan(problem)
+    tried = placement.notes["dram_placement_simulated_cycles"]
+    assert placement.weight_pool and placement.notes["dram_placement"].startswith("pooled")
+    assert min(tried["pooled"], tried["pooled+nearest"]) < 0.8 * min(
+        tried["interleave"], tried["nearest"], tried["balanced"])
+    lib = tvm_chiplet.build(model, target="chiplet/mesh-4x4", strategy=CopiesOnEveryCluster())
+    assert lib.plan["weight_pool"] and lib.plan["placement"]["weight_pool"]
+    lenders = {f["lender"] for f in lib.plan["dram_fetches"] if f["lender"] is not None}
+    assert lenders == set(range(16))  # every copy holds a stripe
+    compiled = simulate_plan(lib.plan, lib.system, 64).total_cycles
+    assert compiled == pytest.approx(min(tried.values()), rel=1e-12)
+
+
+def test_a_weight_pool_needs_copies():
+    with pytest.raises(PlanningError, match="a weight pool is one set of weights shared by "
+                                            "the copies"):
+        Placement("single", (0,), (0,), (0,), weight_pool=True)
 
 
 def test_single_puts_everything_on_one_cluster(resnet18_problem):

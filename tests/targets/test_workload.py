@@ -4,7 +4,13 @@ import pytest
 from tvm_chiplet.runtime.device import simulate_workload
 from tvm_chiplet.targets.system_generators import mesh_system
 from tvm_chiplet.targets.topology import Topology
-from tvm_chiplet.targets.workload import WorkItem, build_workload, streamed_bytes
+from tvm_chiplet.targets.workload import (
+    WorkItem,
+    build_workload,
+    pool_groups,
+    replicate_items,
+    streamed_bytes,
+)
 
 WEIGHTS = 64_000
 
@@ -155,6 +161,60 @@ def test_impossible_loans_are_refused_with_the_reason(loan, match):
     items = [WorkItem("a", 0, 2.0, 8.0, 2001), WorkItem("b", 2, 2.0, 8.0, 200)]
     with pytest.raises(ValueError, match=match):
         build_workload(items, lending_system(), sram_loans=[loan])
+
+
+def _copies_on_a_line(sizes, sram_bytes=1024):
+    """One copy's items on cluster 0 of a 1x4 line, a copy on each other cluster."""
+    system = mesh_system(1, 4, bandwidth=100.0, latency=1.0, sram_bytes=sram_bytes,
+                         dram_bandwidth=50.0, dram_at=((0, 0),))
+    maps = [{0: c} for c in (1, 2, 3)]
+    items = replicate_items([WorkItem(str(i), 0, 2.0, 8.0, size) for i, size in enumerate(sizes)],
+                            maps)
+    return system, items, pool_groups([0], maps)
+
+
+def test_a_weight_pool_stripes_one_set_of_weights_over_the_copies():
+    # Four copies each stream 2000 B; each keeps 768 B resident (its stripe, a quarter of
+    # the copy's weights when they fit the pool's 3072 B) and fetches the other three stripes.
+    system, items, pool = _copies_on_a_line([800, 1200], sram_bytes=1024)
+    assert pool == [(0, 1, 2, 3)]
+    _, _, resident, fetches = build_workload(items, system, pool=pool)
+    assert resident == [False] * 4
+    assert all(f["dram"] is None for f in fetches)  # the pool holds every byte
+    for task, item in enumerate(items):
+        mine = [f for f in fetches if f["task"] == task]
+        assert sorted(f["lender"] for f in mine) == sorted({0, 1, 2, 3} - {item.cluster})
+        assert [f["bytes"] for f in mine] == [int(item.weight_bytes * 768 / 3072)] * 3
+    # What each member holds for the pool fits its resident budget.
+    held = {k: sum(f["bytes"] for f in fetches if f["lender"] == k) / 3 for k in range(4)}
+    assert all(nbytes <= 768 for nbytes in held.values())
+
+
+def test_what_the_pool_cannot_hold_streams_from_dram():
+    # 8000 B per copy, 4 x 768 B of pool: each item is 3072 / 8000 pooled, the rest from DRAM.
+    system, items, pool = _copies_on_a_line([4000, 4000])
+    _, _, _, fetches = build_workload(items, system, pool=pool)
+    first = [f for f in fetches if f["task"] == 0]
+    assert [f["bytes"] for f in first if f["lender"] is not None] == [768 * 4000 // 8000] * 3
+    from_dram = sum(f["bytes"] for f in first if f["dram"] is not None)
+    assert from_dram == int(4000 * (1 - 768 / 8000)) - 3 * (768 * 4000 // 8000)
+
+
+def test_a_pool_beats_copies_streaming_from_one_controller():
+    system, items, pool = _copies_on_a_line([4000, 4000, 4000], sram_bytes=8192)
+    runs = {}
+    for name, groups in (("dram", ()), ("pooled", pool)):
+        tasks, _, _, fetches = build_workload(items, system, pool=groups)
+        runs[name] = simulate_workload(tasks, [], system, batches=4, network="flow",
+                                       fetches=fetches, copies=4)
+    assert runs["pooled"].dram_bytes.sum() < runs["dram"].dram_bytes.sum() / 10
+    assert runs["pooled"].total_cycles < runs["dram"].total_cycles / 2
+
+
+def test_a_pool_refuses_loans_beside_it():
+    system, items, pool = _copies_on_a_line([800, 1200])
+    with pytest.raises(ValueError, match="weight pool and SRAM loans cannot be combined"):
+        build_workload(items, system, sram_loans=[(0, 1, 10)], pool=pool)
 
 
 def _fan_out(readers_bytes, multicast=True):
