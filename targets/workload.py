@@ -35,7 +35,8 @@ parallelism does (ZeRO-3 / FSDP, Graphcore's replicated tensor sharding): a memb
 fraction ``cap_k / max(W, sum cap)`` of every one of the group's items resident (``cap_k`` its
 resident budget, ``W`` the weights of one copy's cluster), and every batch a cluster fetches the
 other members' stripes of its items over the network, and from DRAM only what the group's SRAM
-cannot hold. Nothing else stays resident on a member.
+cannot hold. Nothing else stays resident on a member. A group whose SRAM holds several sets
+keeps several, each in a pool of consecutive copies (fewer and shorter fetches).
 
 Fan-outs: rings and multicast
 -----------------------------
@@ -162,19 +163,26 @@ def pool_groups(clusters: Sequence[int],
 
 def pooled_stripes(items: Sequence[WorkItem], system: ChipletSystem,
                    groups: Sequence[Sequence[int]]) -> dict[int, tuple[tuple[int, float], ...]]:
-    """Per pooled cluster, ``(member, fraction)`` of its group: the share of each of its
-    items' weights each member keeps resident (module docstring). A group pools only when at
-    least two of its members stream."""
+    """Per pooled cluster, ``(member, fraction)`` of its pool: the share of each of its
+    items' weights each member keeps resident (module docstring). The streaming members of a
+    group form as many pools of consecutive copies as their SRAM holds whole sets of their
+    weights (at least one); a pool needs two members."""
     weights, _ = cluster_totals(items, system, [0] * len(items))
     stripes: dict[int, tuple[tuple[int, float], ...]] = {}
     for group in groups:
         members = [k for k in group if weights[k] > system.clusters[k].sram_bytes]
-        if len(members) < 2:
-            continue
         cap = {k: resident_budget(system.clusters[k].sram_bytes, weights[k]) for k in members}
-        held = max(max(weights[k] for k in members), sum(cap.values()))
-        share = tuple((k, cap[k] / held) for k in members)
-        stripes.update({k: share for k in members})
+        # As many pools as the members' SRAM holds whole sets of the weights, each of
+        # consecutive copies: fewer, shorter fetches than one pool over every copy.
+        pools = max(1, int(sum(cap.values()) // max(weights[k] for k in members))) \
+            if members else 1
+        for chunk in np.array_split(np.array(members, dtype=int), pools):
+            chunk = [int(k) for k in chunk]
+            if len(chunk) < 2:
+                continue
+            held = max(max(weights[k] for k in chunk), sum(cap[k] for k in chunk))
+            share = tuple((k, cap[k] / held) for k in chunk)
+            stripes.update({k: share for k in chunk})
     return stripes
 
 

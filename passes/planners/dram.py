@@ -163,7 +163,8 @@ def fastest_dram(problem: PlanningProblem, placement: Placement, batches: int,
     if nearest and balanced is not placement:  # else nothing streams, or from one controller
         candidates["nearest"] = dataclasses.replace(placement, dram_policy="nearest")
     candidates["balanced"] = balanced
-    candidates["balanced+loans"] = balance_dram(problem, placement, lend=True)
+    if not placement.replicas:  # copies borrow no SRAM (balance_dram)
+        candidates["balanced+loans"] = balance_dram(problem, placement, lend=True)
     if placement.replicas and any(
             streamed_bytes(placement_items(problem, placement), problem.system)):
         # Copies that stream may keep one set of weights between them instead (a weight pool).

@@ -204,6 +204,34 @@ def link_rate(system, link: int) -> float:
     return system.links[link].bandwidth * (calibration.factor(kind) if calibration else 1.0)
 
 
+def pool_stream_rate(problem: PlanningProblem, share: float) -> float:
+    """Bytes per cycle a plan taking ``share`` of the system's streaming (``1 / R`` for ``R``
+    tiles streaming at once) streams its weights at from a weight pool: the fraction of the
+    weights the pool's SRAM holds comes over the network, whose calibrated links carry every
+    tile's fetches over the mean route between clusters, the rest from its share of the DRAM
+    bandwidth, both at once."""
+    key = ("pool stream rate",)
+    if key not in problem.memo:
+        system, topology = problem.system, problem.topology
+        clusters = [c.id for c in system.clusters]
+        hops = np.mean([topology.hops(a, b) for a in clusters for b in clusters if a != b]) \
+            if len(clusters) > 1 else 1.0
+        pool = sum((1.0 - STREAM_BUFFER_FRACTION) * c.sram_bytes for c in system.clusters)
+        weights = problem.graph.total_weight_bytes
+        held = min(1.0, pool / weights) if weights else 1.0
+        network = sum(link_rate(system, link) for link in range(len(system.links))) / hops
+        efficiency = system.calibration.factor("dram") if system.calibration else 1.0
+        dram = sum(d.bandwidth for d in system.drams) * efficiency
+        problem.memo[key] = 1.0 / max(held / max(network, 1e-9), (1.0 - held) / max(dram, 1e-9))
+    return problem.memo[key] * share
+
+
+def _ingress(system, cluster: int) -> float:
+    """Bytes per cycle that can enter ``cluster`` over its calibrated links."""
+    return max(sum(link_rate(system, link.id) for link in system.links if link.dst == cluster),
+               1e-9)
+
+
 class _Group:
     """Per-byte times of a group's collectives: the busiest link's load over its bandwidth."""
 
@@ -258,10 +286,13 @@ class LayoutCosts:
     the regions of a pipeline's stages), each with its own nested groups: those of tile ``t``
     are :attr:`groups` ``[first[t]:first[t + 1]]``, and :attr:`tile_of` maps a group to its
     tile. ``dram_share`` is the fraction of the DRAM controllers' bandwidth the ops get
-    (``1 / R`` when ``R`` copies of the plan, or ``R`` stages, stream at once)."""
+    (``1 / R`` when ``R`` copies of the plan, or ``R`` stages, stream at once). ``pooled``:
+    copies keep one set of weights between them (a weight pool,
+    :attr:`~.placement.Placement.weight_pool`): nothing stays resident beyond a cluster's
+    stripe, and every op's weights stream at :func:`pool_stream_rate`."""
 
     def __init__(self, problem: PlanningProblem, dram_share: float = 1.0,
-                 tiles: Sequence[Sequence[int] | None] = (None,)) -> None:
+                 tiles: Sequence[Sequence[int] | None] = (None,), pooled: bool = False) -> None:
         self.problem = problem
         self.groups: list[_Group] = []
         self.tile_of: list[int] = []
@@ -281,7 +312,9 @@ class LayoutCosts:
         self._compute: dict[tuple, tuple] = {}
         system = problem.system
         efficiency = system.calibration.factor("dram") if system.calibration else 1.0
-        self.dram_rate = max(sum(d.bandwidth for d in system.drams) * efficiency * dram_share,
+        self.pooled = pooled
+        self.dram_rate = max(pool_stream_rate(problem, dram_share) if pooled else
+                             sum(d.bandwidth for d in system.drams) * efficiency * dram_share,
                              1e-9)
 
     def scatter_axis(self, op_id: int, choice: dict) -> str:
@@ -406,7 +439,10 @@ class LayoutCosts:
         return self._tile_of_cluster.get(cluster, 0)
 
     def budget(self, cluster: int) -> float:
-        """Bytes of weights ``cluster`` keeps resident: its SRAM less the stream buffer."""
+        """Bytes of weights ``cluster`` keeps resident: its SRAM less the stream buffer (none
+        beside its stripe of a weight pool)."""
+        if self.pooled:
+            return 0.0
         sram = self.problem.system.clusters[cluster].sram_bytes
         return (1.0 - STREAM_BUFFER_FRACTION) * sram
 
@@ -425,10 +461,12 @@ class LayoutCosts:
         part_in, part_out, weights = part_bytes(op.input_bytes, op.output_bytes,
                                                 op.weight_bytes, dim, k)
         cycles = cost_model.compute_cycles(op.flops / k, part_in + part_out + weights, g.slowest)
-        # Every part streams its weights at once: the controllers' total bandwidth bounds them.
-        streaming = cycles + max(
-            cost_model.dram_fetch_cycles(weights, g.slowest, self.problem.system),
-            k * weights / self.dram_rate) if weights else cycles
+        # Every part streams its weights at once: the controllers' total bandwidth (the pool's
+        # rate) bounds them, and each part's own way in.
+        system = self.problem.system
+        fetch = (weights / _ingress(system, g.slowest.id) if self.pooled
+                 else cost_model.dram_fetch_cycles(weights, g.slowest, system))
+        streaming = cycles + max(fetch, k * weights / self.dram_rate) if weights else cycles
         return cycles, streaming, weights, g.index[:k], self.budget(g.slowest.id)
 
 

@@ -71,7 +71,9 @@ class TensorParallelPlanner:
       inputs: one input's cycles plus ``N - 1`` times the busiest tile's.
     - **Copies** (with ``batches`` > 1): ``R`` copies of a plan (one stage or a pipeline) on
       ``R`` tiles, each running every ``R``-th input (:attr:`Placement.replicas`), with
-      ``1 / R`` of the DRAM bandwidth.
+      ``1 / R`` of the DRAM bandwidth; and also keeping one set of weights between them
+      (``"R pooled"``, :attr:`~.placement.Placement.weight_pool`), every copy streaming at
+      its share of the pool's rate (:func:`~.layouts.pool_stream_rate`).
 
     Every layout's starting choice is estimated; the :data:`SEARCHED` most promising (within
     :data:`SEARCH_WITHIN` of the fastest start) are searched, and the whole grid always is.
@@ -81,9 +83,7 @@ class TensorParallelPlanner:
     ``batches`` inputs and the fastest is kept (``notes["simulated_cycles"]``); a plan realising
     to more messages than the best estimate's is judged only up to :data:`JUDGED_MESSAGES`.
 
-    Judged copies are also simulated keeping one set of weights between them (a weight pool,
-    :attr:`~.placement.Placement.weight_pool`), which the estimate does not model. When the
-    problem can realise and simulate the plan, its streamed weights are placed in DRAM
+    When the problem can realise and simulate the plan, its streamed weights are placed in DRAM
     as simulates fastest (:func:`~.dram.fastest_dram`: interleaved, nearest controller, or
     balanced over the controllers with or without SRAM loans).
 
@@ -143,15 +143,21 @@ class TensorParallelPlanner:
 
     def plan(self, problem: PlanningProblem) -> Placement:
         _require_split_dims(problem, self.name)
-        spaces = [self._space(problem, key, stages, copy_tiles)
-                  for key, stages, copy_tiles in self._layouts(problem)]
+        spaces = [self._space(problem, key, stages, copy_tiles, pooled)
+                  for key, stages, copy_tiles, pooled in self._layouts(problem)]
         # Every layout's starting point is estimated; the most promising are searched.
         started = {space.key: space.estimate(space.start) for space in spaces}
-        spaces.sort(key=lambda space: started[space.key])
-        fastest = started[spaces[0].key]
-        searched = [space for space in spaces[:SEARCHED]
-                    if space.key == "1" or started[space.key] <= SEARCH_WITHIN * fastest]
-        searched += [space for space in spaces[SEARCHED:] if space.key == "1"]
+        # Copies with and without a weight pool are estimated on different streaming models:
+        # each family's most promising layouts are searched, and judged, on their own.
+        pooled = {space.key: space.pooled for space in spaces}
+        searched = []
+        families = _families(spaces, lambda space: space.pooled)
+        for family in families:
+            family.sort(key=lambda space: started[space.key])
+            fastest, count = started[family[0].key], max(1, SEARCHED // len(families))
+            searched += [space for space in family[:count]
+                         if space.key == "1" or started[space.key] <= SEARCH_WITHIN * fastest]
+            searched += [space for space in family[count:] if space.key == "1"]
         self._solving_left = self.time_limit  # the program's seconds, over every layout
         found = {space.key: self._search(problem, space) for space in searched}
         tried = {key: cand.objective_cycles for key, cand in found.items()}
@@ -166,12 +172,15 @@ class TensorParallelPlanner:
             # The estimate is rough (no contention beyond a collective's own messages, DRAM as
             # one pool): the best few are realised and simulated as built. (Simulated before
             # realisation, split ops are costed through one hub, which misjudges these plans.)
-            close = [key for key in sorted(tried, key=tried.get)[:JUDGED]
-                     if tried[key] <= JUDGED_WITHIN * min(tried.values())]
+            close = []
+            families = _families(sorted(tried, key=tried.get), pooled.get)
+            for family in families:
+                close += [key for key in family[:max(1, JUDGED // len(families))]
+                          if tried[key] <= JUDGED_WITHIN * tried[family[0]]]
             # Realising takes time in proportion to a plan's messages, and the best estimate's
             # plan is realised anyway: another is judged only if it realises no larger, or
             # small enough to realise in seconds.
-            budget = max(collective_messages(found[close[0]]), JUDGED_MESSAGES)
+            budget = max(collective_messages(found[min(tried, key=tried.get)]), JUDGED_MESSAGES)
             close = [key for key in close if collective_messages(found[key]) <= budget]
             judged = {}
             for key in close:
@@ -189,48 +198,53 @@ class TensorParallelPlanner:
 
     def _judge(self, problem: PlanningProblem, placement: Placement) -> tuple[Placement, float]:
         """``placement`` simulated as built for the planner's inputs, with its streamed
-        weights interleaved and in the nearest controller; copies also with their weights kept
-        once between them (:attr:`~.placement.Placement.weight_pool`), which the estimate does
-        not model; the fastest variant."""
-        variants = [placement, dataclasses.replace(placement, dram_policy="nearest")]
-        if placement.replicas:
-            variants += [dataclasses.replace(v, weight_pool=True) for v in variants]
+        weights interleaved and in the nearest controller, the faster variant; with a weight
+        pool, what it cannot hold in the nearest controller (the faster on the four standard
+        cases and BERT-base on a 16x16 mesh, each simulation of many copies costly)."""
+        nearest = dataclasses.replace(placement, dram_policy="nearest")
+        variants = [nearest] if placement.weight_pool else [placement, nearest]
         cycles = [float(simulate_placement(problem, variant, self.batches,
                                            as_built=True).total_cycles) for variant in variants]
         return variants[int(np.argmin(cycles))], min(cycles)
 
     def _layouts(self, problem: PlanningProblem):
-        """(key, stage tiles, copy tiles) of every layout of the grid to try: the whole grid
-        (``"1"``); ``R`` copies of a plan on one of ``R`` tiles (``"R"``, for ``R`` up to the
-        inputs); a pipeline of ``S`` stages, one per tile (``"S stages"``, up to
-        :data:`STAGES`); and ``R`` copies of an ``S``-stage pipeline (``"R x S stages"``)."""
+        """(key, stage tiles, copy tiles, pooled) of every layout of the grid to try: the
+        whole grid (``"1"``); ``R`` copies of a plan on one of ``R`` tiles (``"R"``, for ``R``
+        up to the inputs); a pipeline of ``S`` stages, one per tile (``"S stages"``, up to
+        :data:`STAGES`); and ``R`` copies of an ``S``-stage pipeline (``"R x S stages"``).
+        Every layout with copies also with their weights in a weight pool (``"... pooled"``)."""
         topology, inputs = problem.topology, self.batches
         clusters = problem.system.num_clusters
         tilings = {n: t[0] for n in range(2, clusters + 1) if (t := topology.tilings(n))}
-        yield "1", [None], None
+        yield "1", [None], None, False
+        copied = []
         for copies, tiles in tilings.items():
             if copies <= inputs:
-                yield f"{copies}", [tiles[0]], tiles
+                copied.append((f"{copies}", [tiles[0]], tiles))
         for stages, tiles in tilings.items():
             if stages <= STAGES and len(tiles[0]) >= 2:
-                yield f"{stages} stages", snake_tiles(problem, tiles), None
+                yield f"{stages} stages", snake_tiles(problem, tiles), None, False
         for (copies, coarse), stages in itertools.product(tilings.items(), range(2, STAGES + 1)):
             fine = tilings.get(copies * stages)
             if copies > inputs or fine is None or len(fine[0]) < 2:
                 continue
             inside = [tile for tile in fine if set(tile) <= set(coarse[0])]
             if len(inside) == stages:
-                yield f"{copies} x {stages} stages", snake_tiles(problem, inside), coarse
+                copied.append((f"{copies} x {stages} stages", snake_tiles(problem, inside),
+                               coarse))
+        for key, tiles, copy_tiles in copied:
+            yield key, tiles, copy_tiles, False
+            yield f"{key} pooled", tiles, copy_tiles, True
 
     def _space(self, problem: PlanningProblem, key: str, tiles: list[list[int] | None],
-               copy_tiles: list[list[int]] | None) -> _Space:
+               copy_tiles: list[list[int]] | None, pooled: bool = False) -> _Space:
         """The search space of one layout: each stage on its tile (``[None]``: one stage on
         every cluster), copies on ``copy_tiles``, each copy's stages with their share of the
-        DRAM bandwidth. Its estimate: the planner's inputs, one after another on each copy,
-        pipelined over the stages."""
+        DRAM bandwidth (of the weight pool's rate, ``pooled``). Its estimate: the planner's
+        inputs, one after another on each copy, pipelined over the stages."""
         stages, copies = len(tiles), len(copy_tiles or [None])
         share = 1.0 / (copies * (stages if self.batches > 1 else 1))
-        costs = LayoutCosts(problem, dram_share=share, tiles=tiles)
+        costs = LayoutCosts(problem, dram_share=share, tiles=tiles, pooled=pooled)
         stage_of = stage_ops(problem, costs, self.max_parts) if stages > 1 else None
         options = {op_id: self._options(costs, dims, costs.tile_groups(
                        stage_of[op_id] if stage_of is not None else 0),
@@ -239,7 +253,7 @@ class TensorParallelPlanner:
                    for op_id, dims in sorted(problem.split_dims.items())}
         start = {op_id: opts[-1] for op_id, opts in options.items()}
         return _Space(key, CostWalk(costs, options, stage_of), math.ceil(self.batches / copies),
-                      stage_of, options, start, copy_tiles)
+                      stage_of, options, start, copy_tiles, pooled)
 
     def _search(self, problem: PlanningProblem, space: _Space) -> Placement:
         """The plan of ``space`` (:meth:`_local_search` or, with ``search="ilp"``, the
@@ -281,7 +295,10 @@ class TensorParallelPlanner:
             splits=splits,
         )
         # Input b runs on copy b mod R.
-        return placement if space.copy_tiles is None else placement.copied_onto(space.copy_tiles)
+        if space.copy_tiles is None:
+            return placement
+        return dataclasses.replace(placement.copied_onto(space.copy_tiles),
+                                   weight_pool=space.pooled)
 
     def _local_search(self, space: _Space) -> tuple[dict, float, int]:
         """The local search of ``space`` from its start: (choice, estimate, sweeps). Each op's
@@ -333,9 +350,10 @@ class TensorParallelPlanner:
 @dataclasses.dataclass
 class _Space:
     """One layout's search: its key, the walk of its costs, the inputs each copy runs, the
-    stage of every op, options per op, starting choice, and the tiles its copies run on
-    (None: no copies). A choice's estimate: the inputs one after another, pipelined over the
-    stages (one input's cycles plus ``inputs - 1`` times the busiest tile's)."""
+    stage of every op, options per op, starting choice, the tiles its copies run on
+    (None: no copies), and whether they keep their weights in a weight pool. A choice's
+    estimate: the inputs one after another, pipelined over the stages (one input's cycles plus
+    ``inputs - 1`` times the busiest tile's)."""
 
     key: str
     walk: CostWalk
@@ -344,6 +362,7 @@ class _Space:
     options: dict
     start: dict
     copy_tiles: list[list[int]] | None
+    pooled: bool = False
 
     def value(self, state: WalkState) -> float:
         """The estimate of a finished walk."""
@@ -354,6 +373,13 @@ class _Space:
         state = self.walk.start()
         self.walk.advance(state, choice)
         return self.value(state)
+
+
+def _families(items: list, pooled) -> list[list]:
+    """``items`` without a weight pool, then those with one (``pooled(item)``), each in
+    order; an empty family is left out."""
+    return [family for flag in (False, True)
+            if (family := [item for item in items if bool(pooled(item)) == flag])]
 
 
 def snake_tiles(problem: PlanningProblem, tiles: list[list[int]]) -> list[list[int]]:
@@ -434,7 +460,8 @@ STAGES = 16
 SEARCHED = 6
 """Layouts of the grid whose local search runs: those whose starting choice (every op split
 along its weights over its tile) is estimated fastest, within :data:`SEARCH_WITHIN` of the
-fastest start, and always the whole grid."""
+fastest start, and always the whole grid. With copies, the layouts with and without a weight
+pool share them, each family ranked on its own."""
 
 SEARCH_WITHIN = 1.5
 
@@ -443,7 +470,8 @@ JUDGED = 2
 rewrites and reduces the module: seconds to minutes on large models), among those estimated
 within :data:`JUDGED_WITHIN` of the best and realising to no more messages than the best
 (:func:`collective_messages`; on ResNet-50 over a 16x16 mesh, a plan of 32-way splits took
-over 8 minutes to realise and simulate, one of 16-way splits 1.5 minutes)."""
+over 8 minutes to realise and simulate, one of 16-way splits 1.5 minutes). With copies, the
+layouts with and without a weight pool share them: the best of each family is judged."""
 
 JUDGED_WITHIN = 1.25
 

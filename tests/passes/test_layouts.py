@@ -20,6 +20,7 @@ from tvm_chiplet.passes.planners.layouts import (
     grid_order,
     group_islands,
     plan_cost,
+    pool_stream_rate,
     renamed_axis,
     tile_costs,
 )
@@ -291,3 +292,30 @@ def test_a_split_over_a_group_its_live_links_do_not_join_names_its_islands():
     check_groups(healthy, [OpSplit(3, "rows", (0, 5))])
     with pytest.raises(PlanningError, match=r"lists clusters \[1\] more than once"):
         check_groups(healthy, [OpSplit(3, "rows", (0, 1, 1))])
+
+
+def test_a_weight_pool_streams_every_op_at_its_share_of_the_pools_rate():
+    # CHAIN's 160 kB of weights on a 2x2 mesh of 16 kB clusters: the pool (4 x 12 kB) holds
+    # 30 % of them, which the links deliver; DRAM the rest, both at once.
+    system = mesh_system(2, 2, bandwidth=32.0, sram_bytes=16_000, dram_bandwidth=64.0)
+    problem = PlanningProblem(CHAIN, system, Topology(system), DIMS)
+    held = 4 * 12_000 / 160_000
+    links = 8 * 32.0 / (4 / 3)  # eight links, routes of 4/3 hops on average
+    rate = 1.0 / max(held / links, (1 - held) / 64.0)
+    assert pool_stream_rate(problem, 1.0) == pytest.approx(rate)
+    assert pool_stream_rate(problem, 0.25) == pytest.approx(rate / 4)
+    pooled = LayoutCosts(problem, dram_share=0.25, pooled=True)
+    plain = LayoutCosts(problem, dram_share=0.25)
+    assert pooled.budget(0) == 0 and plain.budget(0) == 12_000
+    assert pooled.dram_rate == pytest.approx(rate / 4) and plain.dram_rate == pytest.approx(16.0)
+
+
+
+def test_in_a_weight_pool_even_weights_that_fit_stream_from_the_other_members():
+    # 64 kB clusters: op 0's 40 kB fit the first cluster's budget, but its SRAM holds a stripe.
+    system = mesh_system(2, 2, bandwidth=32.0, sram_bytes=64_000, dram_bandwidth=64.0)
+    problem = PlanningProblem(CHAIN, system, Topology(system), DIMS)
+    assert pool_stream_rate(problem, 1.0) == pytest.approx(8 * 32.0 / (4 / 3))  # all held
+    first = {0: None}
+    assert plan_cost(LayoutCosts(problem, pooled=True), first) > plan_cost(
+        LayoutCosts(problem), first)

@@ -128,6 +128,24 @@ def test_for_many_inputs_on_a_large_grid_copies_of_a_tile_plan_win():
     assert all(set(s.clusters) <= used for s in many.splits)
 
 
+def test_copies_are_planned_with_and_without_a_weight_pool_and_each_family_is_judged():
+    # 1.6 MB of weights, 16 clusters of 256 kB: every copy of a tile plan streams its weights.
+    system = mesh_system(4, 4, bandwidth=16.0, sram_bytes=256_000)
+    base = PlanningProblem(CHAIN, system, Topology(system), DIMS, simulator=simulate_workload)
+    p = dataclasses.replace(base, realise=lambda placement: (base.graph, placement))
+    plan = TensorParallelPlanner(batches=64).plan(p)
+    started = plan.notes["layouts_started"]
+    copied = [key for key in started if key not in ("1",) and "stages" not in key
+              and not key.endswith("pooled")]
+    assert copied and all(f"{key} pooled" in started for key in copied)
+    judged = plan.notes["simulated_cycles"]
+    assert {key.endswith(" pooled") for key in judged} == {True, False}
+    # The kept plan's pool is that of its layout, or of its DRAM placement.
+    assert plan.weight_pool == plan.notes["dram_placement"].startswith("pooled")
+    assert simulate_placement(p, plan, 64).total_cycles == pytest.approx(
+        plan.notes["dram_placement_simulated_cycles"][plan.notes["dram_placement"]])
+
+
 def test_a_plan_estimated_above_the_cutoff_is_neither_realised_nor_simulated():
     calls = []
 

@@ -211,6 +211,15 @@ def test_a_pool_beats_copies_streaming_from_one_controller():
     assert runs["pooled"].total_cycles < runs["dram"].total_cycles / 2
 
 
+def test_copies_whose_sram_holds_two_sets_of_weights_keep_two_pools_of_neighbours():
+    # 12 kB per copy, 4 x 6 kB of budget: two pools, copies 0-1 and copies 2-3.
+    system, items, pool = _copies_on_a_line([4000, 4000, 4000], sram_bytes=8192)
+    _, _, _, fetches = build_workload(items, system, pool=pool)
+    lenders = {c: {f["lender"] for f in fetches if f["cluster"] == c} for c in range(4)}
+    assert lenders == {0: {1}, 1: {0}, 2: {3}, 3: {2}}
+    assert all(f["bytes"] == 4000 // 2 for f in fetches)  # each holds half of its pool's set
+
+
 def test_a_pool_refuses_loans_beside_it():
     system, items, pool = _copies_on_a_line([800, 1200])
     with pytest.raises(ValueError, match="weight pool and SRAM loans cannot be combined"):
