@@ -154,21 +154,28 @@ def fastest_dram(problem: PlanningProblem, placement: Placement, batches: int,
     cannot hold interleaved, or with ``nearest`` from the nearest controller).
     ``notes["dram_placement"]`` names the pick, ``notes["dram_placement_simulated_cycles"]``
     every candidate's cycles and ``notes["simulated_as_built"]`` whether its op splits were
-    realised for that."""
+    realised for that. A placement that has a weight pool keeps it (its planner chose it), its
+    overflow interleaved, or with ``nearest`` in the nearest controller only (each simulation
+    of many copies is costly, and the nearest was as fast or faster on the four standard cases
+    and BERT-base on a 16x16 mesh)."""
     # Every candidate starts from the placement's work alone, wherever its weights were.
+    pooled = placement.weight_pool
     placement = dataclasses.replace(placement, dram_policy="interleave", dram_shares=(),
                                     sram_loans=(), weight_pool=False)
-    balanced = balance_dram(problem, placement)
-    candidates = {"interleave": placement}
-    if nearest and balanced is not placement:  # else nothing streams, or from one controller
-        candidates["nearest"] = dataclasses.replace(placement, dram_policy="nearest")
-    candidates["balanced"] = balanced
-    if not placement.replicas:  # copies borrow no SRAM (balance_dram)
-        candidates["balanced+loans"] = balance_dram(problem, placement, lend=True)
-    if placement.replicas and any(
-            streamed_bytes(placement_items(problem, placement), problem.system)):
+    candidates = {}
+    if not pooled:
+        balanced = balance_dram(problem, placement)
+        candidates["interleave"] = placement
+        if nearest and balanced is not placement:  # else nothing streams, or one controller
+            candidates["nearest"] = dataclasses.replace(placement, dram_policy="nearest")
+        candidates["balanced"] = balanced
+        if not placement.replicas:  # copies borrow no SRAM (balance_dram)
+            candidates["balanced+loans"] = balance_dram(problem, placement, lend=True)
+    if pooled or (placement.replicas and any(
+            streamed_bytes(placement_items(problem, placement), problem.system))):
         # Copies that stream may keep one set of weights between them instead (a weight pool).
-        candidates["pooled"] = dataclasses.replace(placement, weight_pool=True)
+        if not (pooled and nearest):
+            candidates["pooled"] = dataclasses.replace(placement, weight_pool=True)
         if nearest:
             candidates["pooled+nearest"] = dataclasses.replace(
                 placement, weight_pool=True, dram_policy="nearest")
