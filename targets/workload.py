@@ -162,26 +162,27 @@ def pool_groups(clusters: Sequence[int],
 
 
 def pooled_stripes(items: Sequence[WorkItem], system: ChipletSystem,
-                   groups: Sequence[Sequence[int]]) -> dict[int, tuple[tuple[int, float], ...]]:
-    """Per pooled cluster, ``(member, fraction)`` of its pool: the share of each of its
+                   groups: Sequence[Sequence[int]]) -> dict[int, dict[int, float]]:
+    """Per pooled cluster, ``{member: fraction}`` of its pool: the share of each of its
     items' weights each member keeps resident (module docstring). The streaming members of a
     group form as many pools of consecutive copies as their SRAM holds whole sets of their
     weights (at least one); a pool needs two members."""
     weights, _ = cluster_totals(items, system, [0] * len(items))
-    stripes: dict[int, tuple[tuple[int, float], ...]] = {}
+    stripes: dict[int, dict[int, float]] = {}
     for group in groups:
         members = [k for k in group if weights[k] > system.clusters[k].sram_bytes]
+        if len(members) < 2:
+            continue
         cap = {k: resident_budget(system.clusters[k].sram_bytes, weights[k]) for k in members}
         # As many pools as the members' SRAM holds whole sets of the weights, each of
         # consecutive copies: fewer, shorter fetches than one pool over every copy.
-        pools = max(1, int(sum(cap.values()) // max(weights[k] for k in members))) \
-            if members else 1
+        pools = max(1, int(sum(cap.values()) // max(weights[k] for k in members)))
         for chunk in np.array_split(np.array(members, dtype=int), pools):
             chunk = [int(k) for k in chunk]
             if len(chunk) < 2:
                 continue
             held = max(max(weights[k] for k in chunk), sum(cap[k] for k in chunk))
-            share = tuple((k, cap[k] / held) for k in chunk)
+            share = {k: cap[k] / held for k in chunk}
             stripes.update({k: share for k in chunk})
     return stripes
 
@@ -302,8 +303,7 @@ def build_workload(
     loans = check_loans(items, system, sram_loans)
     for index, item in enumerate(items):
         if item.cluster in stripes:
-            own = dict(stripes[item.cluster])[item.cluster]
-            streamed[index] = int(item.weight_bytes * (1.0 - own))
+            streamed[index] = int(item.weight_bytes * (1.0 - stripes[item.cluster][item.cluster]))
     _, stream_total = cluster_totals(items, system, streamed)
     resident = [True] * system.num_clusters
     tasks, messages, fetches = [], [], []
@@ -320,7 +320,8 @@ def build_workload(
             after = earlier[-2] if len(earlier) >= 2 else None
             earlier.append(index)
             parts = [(None, k, int(item.weight_bytes * fraction), topology.route(k, item.cluster))
-                     for k, fraction in stripes.get(item.cluster, ()) if k != item.cluster]
+                     for k, fraction in stripes.get(item.cluster, {}).items()
+                     if k != item.cluster]
             for lender, nbytes in loans.get(item.cluster, []):
                 share = int(streamed[index] * nbytes / stream_total[item.cluster])
                 parts.append((None, lender, share, topology.route(lender, item.cluster)))
