@@ -90,6 +90,7 @@ class AnnotatePlacement:
             "replicas": [[list(pair) for pair in mapping] for mapping in self.placement.replicas],
             "sram_loans": [list(loan) for loan in self.placement.sram_loans],
             "weight_pool": self.placement.weight_pool,
+            "microbatch": self.placement.microbatch,
         }
         return out.with_attr(ATTR_PLACEMENT, json.dumps(summary, sort_keys=True, default=str))
 

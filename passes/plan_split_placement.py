@@ -144,6 +144,7 @@ def _realised_placement(placement: Placement, op_cluster: tuple[int, ...]) -> Pl
         replicas=placement.replicas,
         sram_loans=placement.sram_loans,
         weight_pool=placement.weight_pool,
+        microbatch=placement.microbatch,
     )
 
 

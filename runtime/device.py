@@ -94,8 +94,10 @@ class DeviceSimResult(SimResult):
 
     ``dram_bytes``, ``dram_busy_cycles`` and ``dram_utilisation`` are indexed by controller id.
     ``copies``: how many copies of one input's work the task graph holds (input-level data
-    parallelism); then each of the ``batches`` rounds runs ``copies`` inputs, ``inputs`` is
-    ``batches * copies`` and ``throughput_per_cycle`` counts inputs, not rounds. ``energy``:
+    parallelism) and ``microbatch`` how many inputs each task runs back to back; then each of
+    the ``batches`` rounds runs ``copies * microbatch`` inputs, ``inputs`` is
+    ``batches * copies * microbatch`` and ``throughput_per_cycle`` counts inputs, not rounds.
+    ``energy``:
     the run's energy per inference (:class:`Energy`). ``calibrated``: the ``flow`` network ran
     with the system's :class:`~tvm_chiplet.targets.system.FlowCalibration`.
     """
@@ -104,26 +106,30 @@ class DeviceSimResult(SimResult):
     dram_busy_cycles: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
     dram_utilisation: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
     copies: int = 1
+    microbatch: int = 1
     energy: Energy | None = None
     calibrated: bool = False
 
     @property
     def inputs(self) -> int:
-        """Inputs the simulation ran: ``batches`` rounds of ``copies`` inputs."""
-        return int(self.batches) * self.copies
+        """Inputs the simulation ran: ``batches`` rounds of ``copies * microbatch`` inputs."""
+        return int(self.batches) * self.copies * self.microbatch
 
 
 def simulate_workload(
     tasks: list[dict], messages: list[dict], system: ChipletSystem, batches: int = 1,
     network: str = "flow", progress=None, fetches: list[dict] = (), copies: int = 1,
-    routing: RoutingTables | None = None,
+    routing: RoutingTables | None = None, microbatch: int = 1,
 ) -> DeviceSimResult:
     """Simulate tasks (``name``, ``cluster``, ``cycles``), routed messages and DRAM fetches.
 
     With ``copies > 1`` the tasks are that many independent copies of one input's work (see
     :func:`~tvm_chiplet.targets.workload.replicate_items`): ``batches`` inputs run as
     ``ceil(batches / copies)`` rounds of every copy, so when ``copies`` does not divide
-    ``batches`` the last round runs a few inputs more than asked for.
+    ``batches`` the last round runs a few inputs more than asked for. With ``microbatch > 1``
+    every task runs that many inputs back to back (the workload of
+    :func:`~tvm_chiplet.targets.workload.build_workload` with that ``microbatch``): a round
+    then runs ``copies * microbatch`` inputs.
 
     A shared transfer (``"multicast"``: a multicast tree or a ring relay, see
     :mod:`~tvm_chiplet.targets.workload`) is one transfer over its routes, except with the
@@ -146,8 +152,9 @@ def simulate_workload(
     routers would, and not by the routes written in ``messages`` / ``fetches``; a shared
     transfer keeps its tree or ring (each ring hop is a table route) under ``flow``.
     """
-    if copies < 1:
-        raise ValueError(f"copies must be >= 1, got {copies}")
+    if copies < 1 or microbatch < 1:
+        raise ValueError(f"copies and microbatch must be >= 1, got {copies} and {microbatch}")
+    per_round = copies * microbatch
     links = sorted(system.links, key=lambda link: link.id)
     bandwidth = [link.bandwidth for link in links] + [d.bandwidth for d in system.drams]
     calibration = system.calibration if network == "flow" else None
@@ -193,7 +200,7 @@ def simulate_workload(
         link_bandwidth=np.array(bandwidth, dtype=np.float64),
         link_latency=np.array(latency, dtype=np.float64),
         num_clusters=system.num_clusters + len(engines),
-        batches=math.ceil(batches / copies),
+        batches=math.ceil(batches / per_round),
         network=network,
         progress=progress,
     )
@@ -211,16 +218,17 @@ def simulate_workload(
         link_bytes=sim.link_bytes[:k],
         link_busy_cycles=sim.link_busy_cycles[:k],
         link_utilisation=sim.link_utilisation[:k],
-        throughput_per_cycle=sim.throughput_per_cycle * copies,
+        throughput_per_cycle=sim.throughput_per_cycle * per_round,
     )
-    rounds = math.ceil(batches / copies)
+    rounds = math.ceil(batches / per_round)
     return DeviceSimResult(
         **fields,
         dram_bytes=sim.link_bytes[k:],
         dram_busy_cycles=sim.link_busy_cycles[k:],
         dram_utilisation=sim.link_utilisation[k:],
         copies=copies,
-        energy=run_energy(tasks, system, sim, rounds, rounds * copies, sim.link_bytes[k:]),
+        microbatch=microbatch,
+        energy=run_energy(tasks, system, sim, rounds, rounds * per_round, sim.link_bytes[k:]),
         calibrated=calibration is not None,
     )
 
@@ -267,4 +275,4 @@ def simulate_plan(
     (routed by walking ``routing``, the artifact's tables, when given)."""
     return simulate_workload(plan["tasks"], plan["messages"], system, batches, network, progress,
                              plan.get("dram_fetches", []), copies=plan.get("copies", 1),
-                             routing=routing)
+                             routing=routing, microbatch=plan.get("microbatch", 1))

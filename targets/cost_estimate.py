@@ -77,7 +77,8 @@ def estimate_cost(tasks: list[dict], messages: list[dict], fetches: list[dict],
 
     ``tasks`` need ``cluster`` and ``cycles`` (``stage`` optional), ``messages`` ``src``,
     ``dst`` (task indices), ``bytes`` and ``multicast``, ``fetches`` ``cluster``, ``dram``,
-    ``lender`` and ``bytes``; ``copies``: the tasks hold that many copies of one input's work.
+    ``lender`` and ``bytes``; ``copies``: the inputs the tasks serve (copies of one input's
+    work, each a microbatch of inputs or one).
     """
     busy: dict[int, float] = defaultdict(float)
     for task in tasks:
@@ -163,7 +164,7 @@ def rank_correlation(a: list[float], b: list[float]) -> float:
 def plan_cost(plan: dict, system: ChipletSystem, routing: RoutingTables) -> CostEstimate:
     """:func:`estimate_cost` of a compiled plan (``plan.json``)."""
     return estimate_cost(plan["tasks"], plan["messages"], plan.get("dram_fetches", []), system,
-                         routing, copies=plan.get("copies", 1))
+                         routing, copies=plan.get("copies", 1) * plan.get("microbatch", 1))
 
 
 __all__ = ["PARTS", "CostEstimate", "estimate_cost", "plan_cost", "rank_correlation"]

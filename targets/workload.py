@@ -38,6 +38,17 @@ other members' stripes of its items over the network, and from DRAM only what th
 cannot hold. Nothing else stays resident on a member. A group whose SRAM holds several sets
 keeps several, each in a pool of consecutive copies (fewer and shorter fetches).
 
+Microbatches (several inputs per weight fetch)
+----------------------------------------------
+With a microbatch of ``g`` inputs (:func:`microbatch_items`), every item runs ``g`` inputs back
+to back on the weights it holds, as accelerators batch to reuse weights: its compute, its
+activation bytes and its messages are ``g`` times one input's, but a streamed weight is fetched
+once per microbatch, not once per input. The microbatch's activations take SRAM that would
+otherwise hold weights: a cluster sets aside ``(g - 1)`` times the largest activation footprint
+(inputs and outputs) of one input of any of its items (:func:`activation_reserve`; one input's
+worth is what the stream buffer and the layout always assume), so fewer weights stay resident.
+A microbatch whose activations do not fit a cluster's SRAM is refused.
+
 Fan-outs: rings and multicast
 -----------------------------
 An item's whole output read by items on several other clusters is one value sent to all of
@@ -68,6 +79,10 @@ STREAM_BUFFER_FRACTION = 0.25
 """Share of a streaming cluster's SRAM kept as the double buffer for streamed weights."""
 
 DRAM_POLICIES = ("interleave", "nearest", "balanced")
+
+
+class MicrobatchTooLarge(ValueError):
+    """A microbatch's activations do not fit a cluster's SRAM (:func:`activation_reserve`)."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +127,55 @@ def replicate_loans(loans: Sequence[tuple[int, int, int]],
                       for clusters in copies for borrower, lender, nbytes in loans)]
 
 
+def microbatch_items(items: Sequence[WorkItem], microbatch: int) -> list[WorkItem]:
+    """``items`` running ``microbatch`` inputs back to back (module docstring): compute,
+    activation bytes and the bytes read from producers scaled, weights read once."""
+    if isinstance(microbatch, bool) or not isinstance(microbatch, int) or microbatch < 1:
+        raise ValueError(f"microbatch must be an integer >= 1, found {microbatch!r}")
+    if microbatch == 1:
+        return list(items)
+    g = microbatch
+    return [
+        WorkItem(item.name, item.cluster, item.flops * g,
+                 item.weight_bytes + (item.bytes_moved - item.weight_bytes) * g,
+                 item.weight_bytes, [(producer, nbytes * g) for producer, nbytes in item.deps],
+                 item.output_bytes * g)
+        for item in items
+    ]
+
+
+def activation_reserve(items: Sequence[WorkItem], system: ChipletSystem,
+                       microbatch: int) -> list[float]:
+    """Per cluster, the SRAM bytes a microbatch's activations take from its weights (module
+    docstring), for ``items`` of one input each.
+
+    Raises
+    ------
+    MicrobatchTooLarge
+        When a cluster's reserve is not less than its SRAM: the microbatch does not fit.
+    """
+    reserve = [0.0] * system.num_clusters
+    if microbatch == 1:
+        return reserve
+    for item in items:
+        footprint = (microbatch - 1) * max(item.bytes_moved - item.weight_bytes, 0.0)
+        reserve[item.cluster] = max(reserve[item.cluster], footprint)
+    for cluster in system.clusters:
+        if reserve[cluster.id] >= cluster.sram_bytes:
+            raise MicrobatchTooLarge(
+                f"a microbatch of {microbatch} inputs needs {reserve[cluster.id]:.0f} B of SRAM "
+                f"for activations on cluster {cluster.id}, which has {cluster.sram_bytes} B; "
+                "choose a smaller microbatch or split the cluster's ops"
+            )
+    return reserve
+
+
+def weight_sram(system: ChipletSystem, reserve: Sequence[float] = ()) -> list[float]:
+    """Per cluster, the SRAM bytes left for weights: its SRAM less ``reserve`` (none if
+    empty)."""
+    return [c.sram_bytes - (reserve[c.id] if reserve else 0.0) for c in system.clusters]
+
+
 def overflow_bytes(weight_bytes, sram_bytes):
     """Bytes per batch a cluster holding ``weight_bytes`` of weights streams, however they
     divide into ops: none if they fit its SRAM, else all beyond the resident budget.
@@ -129,8 +193,11 @@ def resident_budget(sram_bytes: float, weight_bytes: float) -> float:
     return (1.0 - STREAM_BUFFER_FRACTION) * sram_bytes
 
 
-def streamed_bytes(items: Sequence[WorkItem], system: ChipletSystem) -> list[int]:
-    """Per item, the bytes of its weights fetched from DRAM each batch (module docstring)."""
+def streamed_bytes(items: Sequence[WorkItem], system: ChipletSystem,
+                   reserve: Sequence[float] = ()) -> list[int]:
+    """Per item, the bytes of its weights fetched from DRAM each batch (module docstring);
+    ``reserve``: SRAM per cluster held for activations (:func:`activation_reserve`)."""
+    sram = weight_sram(system, reserve)
     streamed = [0] * len(items)
     holding: dict[int, list[int]] = {}
     for i, item in enumerate(items):
@@ -139,9 +206,9 @@ def streamed_bytes(items: Sequence[WorkItem], system: ChipletSystem) -> list[int
     for cluster in system.clusters:
         mine = holding.get(cluster.id, [])
         total = sum(items[i].weight_bytes for i in mine)
-        if total <= cluster.sram_bytes:
+        if total <= sram[cluster.id]:
             continue
-        room = resident_budget(cluster.sram_bytes, total)
+        room = resident_budget(sram[cluster.id], total)
         rest = []
         for i in sorted(mine, key=lambda i: (-items[i].weight_bytes, i)):
             if items[i].weight_bytes <= room:
@@ -162,18 +229,20 @@ def pool_groups(clusters: Sequence[int],
 
 
 def pooled_stripes(items: Sequence[WorkItem], system: ChipletSystem,
-                   groups: Sequence[Sequence[int]]) -> dict[int, dict[int, float]]:
+                   groups: Sequence[Sequence[int]],
+                   reserve: Sequence[float] = ()) -> dict[int, dict[int, float]]:
     """Per pooled cluster, ``{member: fraction}`` of its pool: the share of each of its
     items' weights each member keeps resident (module docstring). The streaming members of a
     group form as many pools of consecutive copies as their SRAM holds whole sets of their
     weights (at least one); a pool needs two members."""
     weights, _ = cluster_totals(items, system, [0] * len(items))
+    sram = weight_sram(system, reserve)
     stripes: dict[int, dict[int, float]] = {}
     for group in groups:
-        members = [k for k in group if weights[k] > system.clusters[k].sram_bytes]
+        members = [k for k in group if weights[k] > sram[k]]
         if len(members) < 2:
             continue
-        cap = {k: resident_budget(system.clusters[k].sram_bytes, weights[k]) for k in members}
+        cap = {k: resident_budget(sram[k], weights[k]) for k in members}
         # As many pools as the members' SRAM holds whole sets of the weights, each of
         # consecutive copies: fewer, shorter fetches than one pool over every copy.
         pools = max(1, int(sum(cap.values()) // max(weights[k] for k in members)))
@@ -221,7 +290,8 @@ def cluster_totals(items: Sequence[WorkItem], system: ChipletSystem,
 
 
 def check_loans(items: Sequence[WorkItem], system: ChipletSystem,
-                loans: Sequence[tuple[int, int, int]]) -> dict[int, list[tuple[int, int]]]:
+                loans: Sequence[tuple[int, int, int]],
+                reserve: Sequence[float] = ()) -> dict[int, list[tuple[int, int]]]:
     """``{borrower: [(lender, bytes), ...]}`` of valid SRAM loans (module docstring).
 
     Raises
@@ -232,7 +302,8 @@ def check_loans(items: Sequence[WorkItem], system: ChipletSystem,
     """
     if not loans:
         return {}
-    weights, streams = cluster_totals(items, system, streamed_bytes(items, system))
+    weights, streams = cluster_totals(items, system, streamed_bytes(items, system, reserve))
+    sram = weight_sram(system, reserve)
     by_borrower: dict[int, list[tuple[int, int]]] = {}
     lent = [0] * system.num_clusters
     for borrower, lender, nbytes in loans:
@@ -247,11 +318,11 @@ def check_loans(items: Sequence[WorkItem], system: ChipletSystem,
         lent[lender] += nbytes
     for cluster in system.clusters:
         c = cluster.id
-        if lent[c] and weights[c] + lent[c] > cluster.sram_bytes:
+        if lent[c] and weights[c] + lent[c] > sram[c]:
             raise ValueError(
                 f"cluster {c} lends {lent[c]} B of SRAM but holds {weights[c]:.0f} B of its own "
-                f"weights in {cluster.sram_bytes} B; lend at most "
-                f"{max(0, cluster.sram_bytes - weights[c]):.0f} B from it"
+                f"weights in {sram[c]:.0f} B; lend at most "
+                f"{max(0, sram[c] - weights[c]):.0f} B from it"
             )
         borrowed = sum(nbytes for _, nbytes in by_borrower.get(c, []))
         if borrowed > streams[c]:
@@ -272,13 +343,14 @@ def build_workload(
     items: Sequence[WorkItem], system: ChipletSystem, topology: Topology | None = None,
     dram_policy: str = "interleave", dram_shares: Sequence[tuple[int, int, float]] = (),
     sram_loans: Sequence[tuple[int, int, int]] = (),
-    pool: Sequence[Sequence[int]] = (),
+    pool: Sequence[Sequence[int]] = (), microbatch: int = 1,
 ) -> tuple[list[dict], list[dict], list[bool], list[dict]]:
     """Cycles per item, one message per cross-item dependency, and weight fetches.
 
     ``pool``: the groups of clusters that keep one set of their items' weights between them
     (:func:`pool_groups`, module docstring); a pooled cluster fetches the other members'
-    stripes and takes no loans.
+    stripes and takes no loans. ``microbatch``: inputs each item runs per weight fetch
+    (module docstring); tasks and messages are then those of the whole microbatch.
 
     Returns
     -------
@@ -295,12 +367,15 @@ def build_workload(
         whose end issues the fetch, or None.
     """
     topology = topology or Topology(system)
-    streamed = streamed_bytes(items, system)
-    stripes = pooled_stripes(items, system, pool)
+    scaled = microbatch_items(items, microbatch)  # checks microbatch
+    reserve = activation_reserve(items, system, microbatch)
+    items = scaled
+    streamed = streamed_bytes(items, system, reserve)
+    stripes = pooled_stripes(items, system, pool, reserve)
     if stripes and sram_loans:
         raise ValueError("a weight pool and SRAM loans cannot be combined: the pool already "
                          "holds the streamed weights in the SRAM of its members")
-    loans = check_loans(items, system, sram_loans)
+    loans = check_loans(items, system, sram_loans, reserve)
     for index, item in enumerate(items):
         if item.cluster in stripes:
             streamed[index] = int(item.weight_bytes * (1.0 - stripes[item.cluster][item.cluster]))

@@ -73,10 +73,16 @@ def cmd_compile(args: argparse.Namespace) -> int:
           f"host numerics: {', '.join(plan['host_dtypes'])}")
     fetches = plan.get("dram_fetches", [])
     if fetches:
-        from_dram = sum(f["bytes"] for f in fetches if f.get("dram") is not None) / copies
-        lent = sum(f["bytes"] for f in fetches if f.get("dram") is None) / copies
+        microbatch = plan.get("microbatch", 1)
+        per_input = copies * microbatch
+        from_dram = sum(f["bytes"] for f in fetches if f.get("dram") is not None) / per_input
+        lent = sum(f["bytes"] for f in fetches if f.get("dram") is None) / per_input
+        held = "the copies' weight pool" if plan.get("weight_pool") else "other clusters' SRAM " \
+            "(loans)"
         print(f"  weights streamed per input: {bytes_label(from_dram)} from DRAM"
-              + (f", {bytes_label(lent)} from other clusters' SRAM (loans)" if lent else ""))
+              + (f", {bytes_label(lent)} from {held}" if lent else "")
+              + (f"; each fetch serves a microbatch of {microbatch} inputs"
+                 if microbatch > 1 else ""))
     auto = plan.get("placement", {}).get("notes", {}).get("auto", {})
     for row in auto.get("candidates", []):
         print(f"  candidate {row['strategy']}: " + (

@@ -22,14 +22,17 @@ cycle of all clusters, ``L = sum(local_bandwidth)``, ``D = sum(dram bandwidth)``
     compute-rich and a bandwidth-rich cluster may overlap different batches, so only
     ``CP + (b - 1) * S`` with the ``min`` is sound.
 ``dram``
-    Bytes that must cross the DRAM controllers / ``D``: the weights once, plus, when they exceed
-    the total SRAM, the overflow ``weights - total SRAM`` again for every further batch (at most
-    the SRAM's worth can stay resident between batches), plus every batch's model inputs and
-    outputs. With ``weights_preloaded=True`` the weights are already in SRAM when the clock
-    starts (the convention of the cost model and the simulator, which charge resident weights
-    nothing), so only the overflow is counted, for every batch. With ``io_in_dram=False`` the
-    model inputs and outputs are left out (the simulator's convention: inputs appear in and
-    outputs leave from the clusters' SRAM, host I/O is not modelled).
+    Bytes that must cross the DRAM controllers / ``D``: every weight once, plus every batch's
+    model inputs and outputs. Weights that exceed the total SRAM need not come back for every
+    batch: a schedule may run several batches through an op while that op's weights are on chip
+    (batching, the way accelerators reuse weights; our planners' ``Placement.microbatch``) and
+    keep those batches' activations in SRAM meanwhile, so one load of each weight is all that
+    every placement must pay. With ``weights_preloaded=True`` the weights that fit are already
+    in SRAM when the clock starts (the convention of the cost model and the simulator, which
+    charge resident weights nothing), so only the overflow ``weights - total SRAM`` is counted,
+    once. With ``io_in_dram=False`` the model inputs and
+    outputs are left out (the simulator's convention: inputs appear in and outputs leave from
+    the clusters' SRAM, host I/O is not modelled).
 ``bisection``
     Bytes that every placement must move across the narrowest balanced cut, over its bandwidth.
     This bound is **zero**: in this model no positive amount of data is forced across the cut.
@@ -46,11 +49,14 @@ controller's pJ/bit. SRAM accesses, links and static power can in principle be m
 small per inference, so they are left out. Zero for a system without energy coefficients.
 
 The per-batch steady bound is ``S = max(F / P, W / kappa, dram_steady)`` where
-``W = sum_i a_i`` (every op occupies its cluster for at least its roofline time) and
+``W = sum_i max(flops_i / P, (act_i + weight_i / b) / L)`` (every op occupies its cluster for at
+least its roofline time; ``act_i`` the bytes of its inputs and outputs, which every batch moves,
+while its weights may be read once for all ``b`` batches, as a weight-stationary array does for
+a microbatch) and
 ``kappa = sum_c max(2 * macs_c / P, local_bandwidth_c / L)`` (``1`` on homogeneous systems)
 corrects ``W`` for clusters whose compute and bandwidth shares differ: a cluster ``c`` busy for
-``t`` cycles does at most ``kappa_c * t`` of the area ``W``. ``dram_steady`` is the DRAM time
-each batch needs in steady state (its inputs, outputs and weight overflow).
+``t`` cycles does at most ``kappa_c * t`` of the area ``W``. ``dram_steady`` is the ``dram``
+term's share of one batch (``dram / b``: its inputs and outputs, ``1 / b`` of the weight load).
 
 Example
 -------
@@ -224,13 +230,18 @@ def lower_bound(
     io_bytes = model_input_bytes(graph) + model_output_bytes(graph) if io_in_dram else 0
     dram_bandwidth = sum(d.bandwidth for d in system.drams)
     first_load = overflow if weights_preloaded else weights
-    dram_bytes = first_load + (batches - 1) * overflow + batches * io_bytes
-    dram_steady = (overflow + io_bytes) / dram_bandwidth
+    dram_bytes = first_load + batches * io_bytes
+    dram_steady = dram_bytes / batches / dram_bandwidth
 
     kappa = sum(
         max(2.0 * c.macs_per_cycle / peak, c.local_bandwidth / bandwidth) for c in system.clusters
     )
-    steady = max(per_batch_compute, sum(op_time) / kappa, dram_steady)
+    area = sum(
+        max(op.flops / peak, (op.input_bytes + op.output_bytes + op.weight_bytes / batches)
+            / bandwidth) if op.is_compute else 0.0
+        for op in graph.ops
+    )
+    steady = max(per_batch_compute, area / kappa, dram_steady)
     pipeline = max(critical_path, min(critical_path, steady) + (batches - 1) * steady)
 
     terms = {

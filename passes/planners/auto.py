@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 
 from tvm_chiplet.passes.planners.base import Planner, PlanningProblem
 from tvm_chiplet.passes.planners.evaluate import simulate_placement
+from tvm_chiplet.passes.planners.microbatch import fastest_microbatch
 from tvm_chiplet.passes.planners.placement import Placement, PlanningError
 
 OBJECTIVES = ("time", "throughput", "latency", "energy", "edp")
@@ -41,7 +42,9 @@ class AutoPlanner:
     :data:`PRUNE_FACTOR` times worse than the best so far (that estimate is optimistic), or
     when its own planner's estimate is :data:`ESTIMATE_CUTOFF` times worse (objectives in
     cycles only).
-    The comparison is kept in ``placement.notes["auto"]``.
+    With more than one input, each candidate that streams weights also runs with the
+    microbatch that simulates best (:func:`~.microbatch.fastest_microbatch`: several inputs
+    per weight fetch). The comparison is kept in ``placement.notes["auto"]``.
 
     Parameters
     ----------
@@ -135,14 +138,19 @@ class AutoPlanner:
                         f"estimated at {estimate / best[0]:.1f}x the best candidate's "
                         f"{self.objective} before realising its op splits")})
                     continue
-            sim = simulate_placement(problem, placement, self.batches, self.network,
-                                     as_built=True)
+            if self.batches > 1:
+                placement, sim = fastest_microbatch(problem, placement, self.batches,
+                                                    self._cost, self.network)
+            else:
+                sim = simulate_placement(problem, placement, self.batches, self.network,
+                                         as_built=True)
             cost = self._cost(sim)
             row = {
                 "strategy": planner.name,
                 "cycles": float(sim.total_cycles),
                 "throughput_per_cycle": float(sim.throughput_per_cycle),
                 "energy_pj": sim.energy.total_pj,
+                "microbatch": placement.microbatch,
                 "plan_seconds": time.perf_counter() - started,
             }
             rows.append(row)

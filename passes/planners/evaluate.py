@@ -113,7 +113,19 @@ def placement_key(placement: Placement) -> tuple:
     """What of ``placement`` its workload depends on (not its notes, strategy or objective)."""
     return (placement.op_cluster, placement.op_stage, placement.stage_clusters,
             placement.splits, placement.dram_policy, placement.dram_shares, placement.replicas,
-            placement.sram_loans, placement.weight_pool)
+            placement.sram_loans, placement.weight_pool, placement.microbatch)
+
+
+def placement_workload(problem: PlanningProblem, placement: Placement,
+                       graph: OpGraph | None = None):
+    """The device workload of ``placement`` on ``graph`` (default ``problem.graph``):
+    :func:`~tvm_chiplet.targets.workload.build_workload` of its items, DRAM placement, loans,
+    pool and microbatch."""
+    items = graph_items(problem.graph if graph is None else graph, placement)
+    return build_workload(
+        items, problem.system, problem.topology, placement.dram_policy, placement.dram_shares,
+        replicate_loans(placement.sram_loans, placement.copy_maps), placement.pool(),
+        placement.microbatch)
 
 
 def _simulate(problem: PlanningProblem, placement: Placement, batches: int, network: str,
@@ -121,9 +133,6 @@ def _simulate(problem: PlanningProblem, placement: Placement, batches: int, netw
     graph = problem.graph
     if as_built and placement.splits and problem.realise is not None:
         graph, placement = problem.realise(placement)
-    items = graph_items(graph, placement)
-    tasks, messages, _, fetches = build_workload(
-        items, problem.system, problem.topology, placement.dram_policy, placement.dram_shares,
-        replicate_loans(placement.sram_loans, placement.copy_maps), placement.pool())
+    tasks, messages, _, fetches = placement_workload(problem, placement, graph)
     return problem.simulator(tasks, messages, problem.system, batches, network, fetches=fetches,
-                             copies=placement.copies)
+                             copies=placement.copies, microbatch=placement.microbatch)

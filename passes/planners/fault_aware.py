@@ -33,12 +33,12 @@ from collections import defaultdict
 import numpy as np
 
 from tvm_chiplet.passes.planners.base import PlanningProblem
-from tvm_chiplet.passes.planners.evaluate import placement_items, simulate_placement
+from tvm_chiplet.passes.planners.evaluate import placement_workload, simulate_placement
 from tvm_chiplet.passes.planners.pipeline_planner import PipelinePlanner
 from tvm_chiplet.passes.planners.placement import OpSplit, Placement, PlanningError
 from tvm_chiplet.targets.cost_estimate import estimate_cost
 from tvm_chiplet.targets.routing import routing_tables
-from tvm_chiplet.targets.workload import build_workload, fetch_source, replicate_loans
+from tvm_chiplet.targets.workload import fetch_source
 
 
 class FaultAwarePlanner:
@@ -100,21 +100,13 @@ class FaultAwarePlanner:
 
 
 def _estimate(problem: PlanningProblem, placement: Placement, routing):
-    tasks, messages, _, fetches = _workload(problem, placement)
+    tasks, messages, _, fetches = placement_workload(problem, placement)
     return estimate_cost(tasks, messages, fetches, problem.system, routing)
-
-
-def _workload(problem: PlanningProblem, placement: Placement):
-    items = placement_items(problem, placement)
-    return build_workload(items, problem.system, problem.topology, placement.dram_policy,
-                          placement.dram_shares,
-                          replicate_loans(placement.sram_loans, placement.copy_maps),
-                          placement.pool())
 
 
 def _traffic(problem: PlanningProblem, placement: Placement):
     """Bytes between cluster pairs, and fetched bytes per (source node, cluster)."""
-    tasks, messages, _, fetches = _workload(problem, placement)
+    tasks, messages, _, fetches = placement_workload(problem, placement)
     pairs: dict[tuple[int, int], float] = defaultdict(float)
     for message in messages:
         a, b = tasks[message["src"]]["cluster"], tasks[message["dst"]]["cluster"]

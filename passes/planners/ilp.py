@@ -437,14 +437,20 @@ class IlpPlanner:
             return "optimal"
         return "time-limited" if notes["status"].startswith("Time limit") else "heuristic"
 
+    @property
+    def _judged_inputs(self) -> int:
+        """Inputs a plan is simulated with: 64 pipelined ones for throughput, else one."""
+        return 64 if self.objective == "throughput" else 1
+
     def _physical_bound(self, problem: PlanningProblem) -> float:
         """The physical lower bound of what the objective measures, in cycles.
 
-        Throughput: the steady-state cycles per input no placement beats; latency: the cycles
-        of one input. The simulator's conventions (weights preloaded, no host I/O).
+        Throughput: the steady-state cycles per input no placement beats over the inputs the
+        plans are judged on (their weights beyond SRAM loaded once); latency: the cycles of one
+        input. The simulator's conventions (weights preloaded, no host I/O).
         """
-        bound = lower_bound(problem.graph, problem.system, 1, weights_preloaded=True,
-                            io_in_dram=False)
+        bound = lower_bound(problem.graph, problem.system, self._judged_inputs,
+                            weights_preloaded=True, io_in_dram=False)
         value = bound.steady_cycles if self.objective == "throughput" else bound.bound_cycles
         return float(value)
 
@@ -468,7 +474,7 @@ class IlpPlanner:
         cannot express. Its plan is the ILP's fallback, so the ILP never returns anything
         slower.
         """
-        batches = 64 if self.objective == "throughput" else 1
+        batches = self._judged_inputs
         heuristic = PipelinePlanner(max_stages=self.max_stages, batches=batches).plan(problem)
         ours = placement.notes["simulated_cycles"][
             "warm_start" if placement.notes["warm_start_kept"] else "solver"]
@@ -483,7 +489,7 @@ class IlpPlanner:
     def _against_splits(self, problem: PlanningProblem, placement: Placement) -> Placement:
         """The better, by simulation as built, of ``placement`` and the plan whose partition
         strategies and parallel groups the integer program of :mod:`~.layout_ilp` chooses."""
-        batches = 64 if self.objective == "throughput" else 1
+        batches = self._judged_inputs
         planner = TensorParallelPlanner(batches=batches, search="ilp", solver=self.solver,
                                         time_limit=self.time_limit)
         split = planner.plan(problem)

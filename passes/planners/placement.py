@@ -111,6 +111,10 @@ class Placement:
         clusters that run the same work in every copy striping it over their SRAM, and every
         input fetches the other members' stripes instead of streaming from DRAM
         (:func:`~tvm_chiplet.targets.workload.pool_groups`).
+    microbatch : int
+        Inputs every op runs back to back per fetch of its streamed weights (batching; see
+        :func:`~tvm_chiplet.targets.workload.microbatch_items`): 1 runs inputs one by one.
+        The microbatch's activations take SRAM from the weights each cluster keeps resident.
     """
 
     strategy: str
@@ -125,8 +129,14 @@ class Placement:
     replicas: tuple[tuple[tuple[int, int], ...], ...] = ()
     sram_loans: tuple[tuple[int, int, int], ...] = ()
     weight_pool: bool = False
+    microbatch: int = 1
 
     def __post_init__(self) -> None:
+        if isinstance(self.microbatch, bool) or not isinstance(self.microbatch, int) \
+                or self.microbatch < 1:
+            raise PlanningError(
+                f"microbatch must be an integer >= 1 (inputs per weight fetch), found "
+                f"{self.microbatch!r}")
         if self.dram_policy not in DRAM_POLICIES:
             raise PlanningError(
                 f"dram_policy must be one of {DRAM_POLICIES}, found {self.dram_policy!r}"
@@ -233,6 +243,7 @@ class Placement:
             "replicas": [[list(pair) for pair in mapping] for mapping in self.replicas],
             "sram_loans": [list(loan) for loan in self.sram_loans],
             "weight_pool": self.weight_pool,
+            "microbatch": self.microbatch,
         }
 
     @classmethod
@@ -254,4 +265,5 @@ class Placement:
                            for mapping in data.get("replicas", [])),
             sram_loans=tuple(tuple(int(v) for v in loan) for loan in data.get("sram_loans", [])),
             weight_pool=bool(data.get("weight_pool", False)),
+            microbatch=int(data.get("microbatch", 1)),
         )

@@ -51,7 +51,7 @@ from tvm_chiplet.tools.frontends import input_specs, load_model
 
 def describe_plan(schedule: SegmentSchedule, system: ChipletSystem, strategy: str,
                   dram_policy: str = "interleave", dram_shares=(), replicas=(),
-                  sram_loans=(), weight_pool: bool = False) -> dict:
+                  sram_loans=(), weight_pool: bool = False, microbatch: int = 1) -> dict:
     """The artifact's ``plan.json``: segments, transfers with bytes and routes, modeled tasks.
 
     Task cycles come from the shared cost model; a cluster whose weights exceed its SRAM streams
@@ -61,7 +61,9 @@ def describe_plan(schedule: SegmentSchedule, system: ChipletSystem, strategy: st
     many, and the simulator runs input ``b`` on copy ``b mod copies``. ``sram_loans``
     (:attr:`Placement.sram_loans`) turn part of the DRAM fetches into fetches from lending
     clusters; with ``weight_pool`` (:attr:`Placement.weight_pool`) the copies fetch the stripes
-    of one shared set of weights from each other.
+    of one shared set of weights from each other. With ``microbatch``
+    (:attr:`Placement.microbatch`) every task runs that many inputs per weight fetch: ``tasks``
+    and ``messages`` are those of a whole microbatch, ``microbatch`` says how many inputs.
     """
     topology = Topology(system)
     items = [
@@ -74,7 +76,7 @@ def describe_plan(schedule: SegmentSchedule, system: ChipletSystem, strategy: st
     pool = pool_groups(sorted({t.cluster for t in schedule.tasks}), copies) if weight_pool else ()
     work, messages, resident, fetches = build_workload(
         items, system, topology, dram_policy, dram_shares, replicate_loans(sram_loans, copies),
-        pool)
+        pool, microbatch)
     per_copy = len(schedule.tasks)
     tasks = [
         {**schedule.tasks[index % per_copy].to_dict(), "name": item.name,
@@ -114,6 +116,7 @@ def describe_plan(schedule: SegmentSchedule, system: ChipletSystem, strategy: st
         "sram_loans": [list(loan) for loan in sram_loans],
         "weight_pool": bool(pool),
         "copies": 1 + len(replicas),
+        "microbatch": microbatch,
         "clusters_used": sorted({s.cluster for s in schedule.segments}
                                 | {c for mapping in replicas for _, c in mapping}
                                 | {lender for _, lender, _ in sram_loans}),
@@ -351,7 +354,8 @@ def build(
                          [tuple(share) for share in placement.get("dram_shares", [])],
                          placement.get("replicas", []),
                          [tuple(loan) for loan in placement.get("sram_loans", [])],
-                         placement.get("weight_pool", False))
+                         placement.get("weight_pool", False),
+                         placement.get("microbatch", 1))
     if placement:
         plan["strategy"] = placement["strategy"]
         plan["placement"] = placement

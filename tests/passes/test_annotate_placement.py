@@ -47,7 +47,7 @@ def test_strategy_and_notes_are_kept_as_a_module_attribute():
     summary = json.loads(str(After.attrs["chiplet.placement"]))
     assert summary == {"strategy": "manual", "objective_cycles": 12.5, "notes": {"gap": 0.01},
                        "dram_policy": "interleave", "dram_shares": [], "replicas": [],
-                       "sram_loans": [], "weight_pool": False}
+                       "sram_loans": [], "weight_pool": False, "microbatch": 1}
 
 
 def test_copies_of_the_placement_are_kept_in_the_module_attribute():

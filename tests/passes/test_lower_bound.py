@@ -108,13 +108,25 @@ def test_dram_term_loads_fitting_weights_once():
     assert bound.binding == "dram"
 
 
-def test_dram_term_streams_the_sram_overflow_every_further_batch():
+def test_dram_term_loads_weights_beyond_sram_once_not_every_batch():
+    # Batches may share one load of each weight (batching), so only the inputs and outputs
+    # recur: 3 batches pay 2500 + 3 * 160 bytes, not 2500 + 2 * 500 + 3 * 160.
     graph = make_graph([(0.0, 100, 60, 2500)], input_uses=((0,),), output_ops=(0,))
     bound = lower_bound(graph, two_clusters(), batches=3)
-    assert bound.dram_bytes == 2500 + 2 * 500 + 3 * 160
-    assert bound.steady_cycles == pytest.approx((500 + 160) / 10.0)
-    assert bound.pipeline_cycles == pytest.approx(26.6 + 2 * 66.0)
+    assert bound.dram_bytes == 2500 + 3 * 160
+    assert bound.steady_cycles == pytest.approx((2500 + 3 * 160) / 3 / 10.0)
     assert bound.binding == "dram"
+
+
+def test_steady_bound_reads_weights_once_for_all_batches():
+    # Bandwidth-bound by its weights: one batch moves 20 + 1000 B (10.2 cycles), but four
+    # batches may share one read of the weights (a microbatch): 20 + 1000 / 4 B each.
+    graph = make_graph([(0.0, 10, 10, 1000)])
+    bound = lower_bound(graph, two_clusters(), batches=4, weights_preloaded=True)
+    assert bound.critical_path_cycles == pytest.approx(10.2)
+    assert bound.steady_cycles == pytest.approx(2.7)
+    assert bound.pipeline_cycles == pytest.approx(2.7 + 3 * 2.7)
+    assert bound.bound_cycles == pytest.approx(10.8)
 
 
 def test_preloaded_weights_leave_only_overflow_and_io():
@@ -122,7 +134,7 @@ def test_preloaded_weights_leave_only_overflow_and_io():
     spills = make_graph([(0.0, 100, 60, 2500)], input_uses=((0,),), output_ops=(0,))
     system = two_clusters()
     assert lower_bound(fits, system, 3, weights_preloaded=True).dram_bytes == 3 * 160
-    assert lower_bound(spills, system, 3, weights_preloaded=True).dram_bytes == 3 * (500 + 160)
+    assert lower_bound(spills, system, 3, weights_preloaded=True).dram_bytes == 500 + 3 * 160
 
 
 def test_heterogeneous_clusters_keep_the_pipeline_term_sound():
@@ -223,7 +235,7 @@ def test_simulated_plans_never_beat_the_bound(model_name, preset):
 def test_io_can_be_left_out_of_the_dram_term():
     spills = make_graph([(0.0, 100, 60, 2500)], input_uses=((0,),), output_ops=(0,))
     bound = lower_bound(spills, two_clusters(), 3, weights_preloaded=True, io_in_dram=False)
-    assert bound.dram_bytes == 3 * 500
+    assert bound.dram_bytes == 500
 
 
 def test_energy_term_is_every_mac_and_the_forced_dram_bytes_at_the_cheapest_rates():
@@ -233,8 +245,8 @@ def test_energy_term_is_every_mac_and_the_forced_dram_bytes_at_the_cheapest_rate
     graph = make_graph([(4000.0, 0, 0, 3000), (2000.0, 0, 0, 0)])
     bound = lower_bound(graph, system, batches=4, weights_preloaded=True, io_in_dram=False)
     overflow = 3000 - system.total_sram_bytes
-    assert bound.dram_bytes == 4 * overflow
-    assert bound.energy_pj == pytest.approx(4 * 6000 / 2 * 0.5 + 8 * 4 * overflow * 10.0)
+    assert bound.dram_bytes == overflow
+    assert bound.energy_pj == pytest.approx(4 * 6000 / 2 * 0.5 + 8 * overflow * 10.0)
     assert bound.energy_per_inference_pj == pytest.approx(bound.energy_pj / 4)
 
 

@@ -5,8 +5,11 @@ from tvm_chiplet.runtime.device import simulate_workload
 from tvm_chiplet.targets.system_generators import mesh_system
 from tvm_chiplet.targets.topology import Topology
 from tvm_chiplet.targets.workload import (
+    MicrobatchTooLarge,
     WorkItem,
+    activation_reserve,
     build_workload,
+    microbatch_items,
     pool_groups,
     replicate_items,
     streamed_bytes,
@@ -234,6 +237,47 @@ def _fan_out(readers_bytes, multicast=True):
     items += [WorkItem(f"r{c}", c, 2.0, 8.0, 0.0, [(0, nbytes)])
               for c, nbytes in enumerate(readers_bytes, start=1)]
     return system, items
+
+
+def test_a_microbatch_scales_compute_activations_and_messages_but_reads_weights_once():
+    items = [WorkItem("a", 0, 10.0, 130.0, 100.0, (), 20.0),
+             WorkItem("b", 1, 4.0, 50.0, 0.0, [(0, 20)], 30.0)]
+    a, b = microbatch_items(items, 4)
+    assert (a.flops, a.bytes_moved, a.weight_bytes, a.output_bytes) == (40.0, 220.0, 100.0, 80.0)
+    assert (b.bytes_moved, list(b.deps)) == (200.0, [(0, 80)])
+    assert microbatch_items(items, 1) == items
+    with pytest.raises(ValueError, match="microbatch must be an integer >= 1, found 0"):
+        microbatch_items(items, 0)
+
+
+def test_a_microbatch_fetches_streamed_weights_once_for_all_its_inputs():
+    # 4 inputs per fetch: their activations (3 x 40 B beyond the first input's) come out of
+    # the SRAM for weights, so 1024 - 120 B, less the stream buffer, stays resident.
+    system = streaming_system()
+    items = [WorkItem("a", 0, 2.0, WEIGHTS + 40.0, WEIGHTS),
+             WorkItem("b", 1, 2.0, 8.0, 0.0, [(0, 8)])]
+    assert activation_reserve(items, system, 4) == [120.0, 24.0]
+    tasks, messages, _, fetches = build_workload(items, system, microbatch=4)
+    one_tasks, one_messages, _, one_fetches = build_workload(items, system)
+    assert [f["bytes"] for f in fetches] == [WEIGHTS - int(0.75 * (1024 - 120))]
+    assert [f["bytes"] for f in one_fetches] == [WEIGHTS - 768]
+    assert messages[0]["bytes"] == 4 * one_messages[0]["bytes"]
+    assert tasks[0]["mac_pj"] == pytest.approx(4 * one_tasks[0]["mac_pj"])
+    # DRAM-bound: 8 inputs in 2 rounds of 4 take about a quarter of 8 rounds of one.
+    batched = simulate_workload(tasks, messages, system, batches=8, fetches=fetches,
+                                microbatch=4)
+    single = simulate_workload(one_tasks, one_messages, system, batches=8, fetches=one_fetches)
+    assert batched.inputs == single.inputs == 8 and batched.batches == 2
+    assert batched.total_cycles < 0.3 * single.total_cycles
+    assert batched.throughput_per_cycle > 3 * single.throughput_per_cycle
+
+
+def test_a_microbatch_whose_activations_do_not_fit_a_cluster_is_refused():
+    items = [WorkItem("a", 0, 2.0, 8.0, WEIGHTS), WorkItem("big", 1, 2.0, 600.0, 0.0)]
+    with pytest.raises(MicrobatchTooLarge, match="a microbatch of 3 inputs needs 1200 B of "
+                                                 "SRAM for activations on cluster 1, which "
+                                                 "has 1024 B"):
+        build_workload(items, streaming_system(), microbatch=3)
 
 
 def test_a_whole_output_read_on_several_clusters_is_one_multicast():

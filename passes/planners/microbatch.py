@@ -1,0 +1,60 @@
+"""Choose how many inputs share each fetch of the streamed weights (batching, by simulation)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+
+from tvm_chiplet.passes.planners.base import PlanningProblem
+from tvm_chiplet.passes.planners.evaluate import placement_items, simulate_placement
+from tvm_chiplet.passes.planners.placement import Placement
+from tvm_chiplet.targets.workload import MicrobatchTooLarge, streamed_bytes
+
+
+def microbatches(placement: Placement, batches: int) -> list[int]:
+    """The microbatches worth trying for ``batches`` inputs: 2, 4, 8, ... while a round of
+    every copy runs no more inputs than ``batches`` rounded up to whole rounds of one input
+    per copy (so that every candidate runs the same inputs or fewer)."""
+    rounds = math.ceil(batches / placement.copies)
+    sizes, size = [], 2
+    while size <= rounds:
+        if math.ceil(rounds / size) * size == rounds:
+            sizes.append(size)
+        size *= 2
+    return sizes
+
+
+def fastest_microbatch(problem: PlanningProblem, placement: Placement, batches: int,
+                       cost: Callable, network: str = "flow", as_built: bool = True):
+    """``placement`` with the microbatch (:attr:`Placement.microbatch`) whose simulation of
+    ``batches`` inputs costs least (``cost(sim)``), and that simulation.
+
+    A placement that streams no weights keeps running inputs one by one (a microbatch only
+    saves fetches). Otherwise microbatches of :func:`microbatches` are simulated in increasing
+    size until one costs more than the one before, or its activations do not fit a cluster's
+    SRAM (:class:`~tvm_chiplet.targets.workload.MicrobatchTooLarge`): larger microbatches fetch
+    less often but hold more activations, and fill a pipeline later. A larger microbatch lends
+    no SRAM (:attr:`Placement.sram_loans`, sized for one input at a time, would crowd the
+    lenders' activations); its weights keep the placement's DRAM placement.
+    ``notes["microbatch_simulated_cycles"]`` gives every size tried and its cycles.
+    """
+    placement = dataclasses.replace(placement, microbatch=1)
+    sim = simulate_placement(problem, placement, batches, network, as_built=as_built)
+    sizes = microbatches(placement, batches)
+    if not sizes or not any(streamed_bytes(placement_items(problem, placement), problem.system)):
+        return placement, sim
+    best, tried = (cost(sim), placement, sim), {1: float(sim.total_cycles)}
+    for size in sizes:
+        candidate = dataclasses.replace(placement, microbatch=size, sram_loans=())
+        try:
+            sim = simulate_placement(problem, candidate, batches, network, as_built=as_built)
+        except MicrobatchTooLarge:
+            break
+        tried[size] = float(sim.total_cycles)
+        if cost(sim) >= best[0]:
+            break
+        best = (cost(sim), candidate, sim)
+    chosen = dataclasses.replace(best[1], notes={**best[1].notes,
+                                                 "microbatch_simulated_cycles": tried})
+    return chosen, best[2]
