@@ -130,7 +130,7 @@ def energy_figure(plan: dict, system: ChipletSystem, sim: Any) -> Figure:
 
 
 def _run_label(sim: Any) -> str:
-    return run_label(int(sim.batches), getattr(sim, "copies", 1))
+    return run_label(int(sim.batches), getattr(sim, "copies", 1), getattr(sim, "microbatch", 1))
 
 
 def gantt_chart(plan: dict, system: ChipletSystem, sim: Any, path: str | os.PathLike) -> str:

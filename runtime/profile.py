@@ -32,11 +32,14 @@ def energy_parts(per_inference_pj: dict[str, float]) -> str:
                      sorted(per_inference_pj.items(), key=lambda item: -item[1]))
 
 
-def run_label(batches: int, copies: int = 1) -> str:
-    """``"2 batches"``, or for copies of a placement ``"8 inputs (2 rounds of 4 copies)"``."""
-    if copies > 1:
+def run_label(batches: int, copies: int = 1, microbatch: int = 1) -> str:
+    """``"2 batches"``, or for copies of a placement ``"8 inputs (2 rounds of 4 copies)"``, or
+    with microbatches ``"64 inputs (2 rounds of 2 copies x microbatch 16)"``."""
+    if copies > 1 or microbatch > 1:
         rounds = f"{batches} round{'s' if batches != 1 else ''}"
-        return f"{batches * copies} inputs ({rounds} of {copies} copies)"
+        parts = [f"{copies} copies"] * (copies > 1) + [f"microbatch {microbatch}"] * (
+            microbatch > 1)
+        return f"{batches * copies * microbatch} inputs ({rounds} of {' x '.join(parts)})"
     return f"{batches} batch{'es' if batches != 1 else ''}"
 
 
@@ -96,6 +99,7 @@ def profile_report(plan: dict, system: ChipletSystem, sim: SimResult, execution=
         "batches": int(sim.batches),
         "inputs": sim.inputs if isinstance(sim, DeviceSimResult) else int(sim.batches),
         "copies": sim.copies if isinstance(sim, DeviceSimResult) else 1,
+        "microbatch": sim.microbatch if isinstance(sim, DeviceSimResult) else 1,
         "network": sim.network,
         "device_dtype": plan.get("device_dtype", system.device_dtype),
         "host_dtypes": plan.get("host_dtypes", []),
@@ -139,8 +143,9 @@ def format_table(report: dict) -> str:
         )
     totals = report["totals"]
     lines.append("-" * len(head))
-    copies = report.get("copies", 1)
-    inputs = f"{run_label(report['batches'], copies)} in " if copies > 1 else ""
+    copies, microbatch = report.get("copies", 1), report.get("microbatch", 1)
+    inputs = f"{run_label(report['batches'], copies, microbatch)} in " \
+        if copies > 1 or microbatch > 1 else ""
     lines.append(
         f"device: {inputs}{totals['cycles']:.0f} cycles = {1e3 * totals['latency_s']:.3f} ms, "
         f"throughput {rate_label(totals['throughput_per_s'])}, "
@@ -177,13 +182,14 @@ def chrome_trace(plan: dict, system: ChipletSystem, sim: SimResult) -> dict:
     """A Chrome / Perfetto trace of the simulated run: a track per cluster, a track per busy link.
 
     Times are microseconds at the system clock. Each task of each round is a complete event on its
-    cluster's track (``input``: which input it serves, ``round * copies + copy``); each message
+    cluster's track (``input``: the first input it serves,
+    ``(round * copies + copy) * microbatch``, and ``microbatch`` inputs from there); each message
     is an event on every link of its route, from the moment its producer finished to its
     arrival. For a system with energy coefficients, a counter track per
     cluster shows its dynamic power (MAC + SRAM energy of the running task over its duration).
     """
     to_us = 1e6 / system.frequency_hz
-    copies = plan.get("copies", 1)
+    copies, microbatch = plan.get("copies", 1), plan.get("microbatch", 1)
     events: list[dict] = []
     cluster_pid, link_pid = 1, 2
     events.append({"ph": "M", "name": "process_name", "pid": cluster_pid,
@@ -205,7 +211,8 @@ def chrome_trace(plan: dict, system: ChipletSystem, sim: SimResult) -> dict:
             events.append({
                 "ph": "X", "name": task["name"], "cat": "compute", "pid": cluster_pid,
                 "tid": task["cluster"], "ts": start * to_us, "dur": (end - start) * to_us,
-                "args": {"input": batch * copies + task.get("copy", 0), "round": batch,
+                "args": {"input": (batch * copies + task.get("copy", 0)) * microbatch,
+                         "microbatch": microbatch, "round": batch,
                          "op_id": task["op_id"], "cycles": task["cycles"]},
             })
             if system.has_energy and end > start:

@@ -157,7 +157,8 @@ def fastest_dram(problem: PlanningProblem, placement: Placement, batches: int,
     realised for that. A placement that has a weight pool keeps it (its planner chose it), its
     overflow interleaved, or with ``nearest`` in the nearest controller only (each simulation
     of many copies is costly, and the nearest was as fast or faster on the four standard cases
-    and BERT-base on a 16x16 mesh)."""
+    and BERT-base on a 16x16 mesh). The placement's microbatch is kept (with one above 1, no
+    SRAM loans are tried)."""
     # Every candidate starts from the placement's work alone, wherever its weights were.
     pooled = placement.weight_pool
     placement = dataclasses.replace(placement, dram_policy="interleave", dram_shares=(),
@@ -169,7 +170,8 @@ def fastest_dram(problem: PlanningProblem, placement: Placement, batches: int,
         if nearest and balanced is not placement:  # else nothing streams, or one controller
             candidates["nearest"] = dataclasses.replace(placement, dram_policy="nearest")
         candidates["balanced"] = balanced
-        if not placement.replicas:  # copies borrow no SRAM (balance_dram)
+        if not placement.replicas and placement.microbatch == 1:
+            # Copies borrow no SRAM (balance_dram); loans are sized for one input at a time.
             candidates["balanced+loans"] = balance_dram(problem, placement, lend=True)
     if pooled or (placement.replicas and any(
             streamed_bytes(placement_items(problem, placement), problem.system))):

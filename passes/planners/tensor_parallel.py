@@ -18,6 +18,7 @@ from tvm_chiplet.passes.planners.dram import fastest_dram
 from tvm_chiplet.passes.planners.evaluate import simulate_placement
 from tvm_chiplet.passes.planners.ilp_solvers import make_solver
 from tvm_chiplet.passes.planners.layout_ilp import solve_layouts
+from tvm_chiplet.passes.planners.microbatch import fastest_microbatch
 from tvm_chiplet.passes.planners.layouts import (
     FOLLOW,
     CostWalk,
@@ -205,7 +206,12 @@ class TensorParallelPlanner:
         variants = [nearest] if placement.weight_pool else [placement, nearest]
         cycles = [float(simulate_placement(problem, variant, self.batches,
                                            as_built=True).total_cycles) for variant in variants]
-        return variants[int(np.argmin(cycles))], min(cycles)
+        chosen = variants[int(np.argmin(cycles))]
+        if self.batches == 1:
+            return chosen, min(cycles)
+        chosen, sim = fastest_microbatch(problem, chosen, self.batches,
+                                         cost=lambda sim: sim.total_cycles)
+        return chosen, float(sim.total_cycles)
 
     def _layouts(self, problem: PlanningProblem):
         """(key, stage tiles, copy tiles, pooled) of every layout of the grid to try: the

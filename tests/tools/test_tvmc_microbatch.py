@@ -1,9 +1,12 @@
 """Weights that stream from DRAM serve a microbatch of inputs per fetch, end to end."""
 
+import json
+
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
 from tests.tools.e2e import compile_run_and_compare
+from tvm_chiplet.tools.tvmc import main
 
 SYSTEM = """
 [system]
@@ -59,3 +62,10 @@ def test_auto_streams_weights_once_per_microbatch_and_matches_onnxruntime(tmp_pa
     assert tried[str(microbatch)] < 0.5 * tried["1"]
     batched = next(row for row in plan["estimate"] if row["batches"] == 64)
     assert batched["inputs_simulated"] == 64 and batched["ratio_to_bound"] >= 1.0
+    assert main(["run", str(tmp_path / "m.tar"), "--batches", "64", "--print-time",
+                 "--profile-json", str(tmp_path / "p.json")]) == 0
+    report = json.loads((tmp_path / "p.json").read_text())
+    assert report["inputs"] == 64 and report["microbatch"] == microbatch
+    rounds = 64 // microbatch
+    assert (f"64 inputs ({rounds} round{'s' if rounds > 1 else ''} of microbatch {microbatch})"
+            in capsys.readouterr().out)
