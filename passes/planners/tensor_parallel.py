@@ -86,7 +86,8 @@ class TensorParallelPlanner:
 
     When the problem can realise and simulate the plan, its streamed weights are placed in DRAM
     as simulates fastest (:func:`~.dram.fastest_dram`: interleaved, nearest controller, or
-    balanced over the controllers with or without SRAM loans).
+    balanced over the controllers with or without SRAM loans), and for more than one input they
+    run in the microbatch that simulates fastest (:func:`~.microbatch.fastest_microbatch`).
 
     Parameters
     ----------
@@ -195,6 +196,9 @@ class TensorParallelPlanner:
             # Where the streamed weights live, judged on the realised module: the parts of a
             # layer stream at once, and interleaving them loads the links across the grid.
             best, _ = fastest_dram(problem, best, self.batches, as_built=True, nearest=True)
+            if self.batches > 1:
+                best, _ = fastest_microbatch(problem, best, self.batches,
+                                             cost=lambda sim: sim.total_cycles)
         return best
 
     def _judge(self, problem: PlanningProblem, placement: Placement) -> tuple[Placement, float]:
@@ -206,12 +210,7 @@ class TensorParallelPlanner:
         variants = [nearest] if placement.weight_pool else [placement, nearest]
         cycles = [float(simulate_placement(problem, variant, self.batches,
                                            as_built=True).total_cycles) for variant in variants]
-        chosen = variants[int(np.argmin(cycles))]
-        if self.batches == 1:
-            return chosen, min(cycles)
-        chosen, sim = fastest_microbatch(problem, chosen, self.batches,
-                                         cost=lambda sim: sim.total_cycles)
-        return chosen, float(sim.total_cycles)
+        return variants[int(np.argmin(cycles))], min(cycles)
 
     def _layouts(self, problem: PlanningProblem):
         """(key, stage tiles, copy tiles, pooled) of every layout of the grid to try: the

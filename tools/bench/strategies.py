@@ -101,7 +101,7 @@ def bench_strategy(
     splits = len(placement.splits)
     notes = placement.notes
     graph = problem.graph
-    # Latency: one round (one input per copy) against the bound of one input.
+    # Latency: one round (one input per copy, or a microbatch) against the bound of one input.
     single = compare_to_bound(simulate_placement(problem, placement, 1, network, as_built=True),
                               graph, problem.system, inputs=1)
     streamed = compare_to_bound(simulate_placement(problem, placement, batches, network,
@@ -113,6 +113,7 @@ def bench_strategy(
                                           else ""),
         "clusters": len(placement.clusters_used()) * placement.copies,
         "copies": placement.copies,
+        "microbatch": placement.microbatch,
         "stages": len(placement.stage_clusters),
         "split_ops": splits,
         "dram_policy": placement.dram_policy,
@@ -175,7 +176,9 @@ def write_results(rows: list[dict], out: str, batches: int, network: str) -> Non
         "inputs (pipeline fill included) / physical lower bound of the same work (1.0 is the "
         "bound). `throughput_per_s` is the steady-state rate, which can beat the bound's "
         "inputs / bound time when the pipeline fill prefetches later inputs' weights: the "
-        "ratios compare times only. `device_dtype`: the precision of the device model (bytes, "
+        "ratios compare times only. `microbatch`: inputs each op runs per fetch of its "
+        "streamed weights (one round of a microbatched plan serves them all, so its latency is "
+        "the round's). `device_dtype`: the precision of the device model (bytes, "
         "SRAM, MAC rates, energy); `energy_uJ`: simulated energy of one input (batch 1), "
         "`energy_vs_bound` over the energy lower bound (MACs + forced DRAM traffic).", "",
         *markdown_table(rows),
