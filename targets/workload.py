@@ -46,8 +46,8 @@ activation bytes and its messages are ``g`` times one input's, but a streamed we
 once per microbatch, not once per input. The microbatch's activations take SRAM that would
 otherwise hold weights: a cluster sets aside ``(g - 1)`` times the largest activation footprint
 (inputs and outputs) of one input of any of its items (:func:`activation_reserve`; one input's
-worth is what the stream buffer and the layout always assume), so fewer weights stay resident.
-A microbatch whose activations do not fit a cluster's SRAM is refused.
+worth is not charged, as it is not without a microbatch), so fewer weights stay resident. A
+microbatch whose activations do not fit a cluster's SRAM is refused.
 
 Fan-outs: rings and multicast
 -----------------------------

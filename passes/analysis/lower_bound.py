@@ -30,9 +30,9 @@ cycle of all clusters, ``L = sum(local_bandwidth)``, ``D = sum(dram bandwidth)``
     every placement must pay. With ``weights_preloaded=True`` the weights that fit are already
     in SRAM when the clock starts (the convention of the cost model and the simulator, which
     charge resident weights nothing), so only the overflow ``weights - total SRAM`` is counted,
-    once. With ``io_in_dram=False`` the model inputs and
-    outputs are left out (the simulator's convention: inputs appear in and outputs leave from
-    the clusters' SRAM, host I/O is not modelled).
+    once. With ``io_in_dram=False`` the model inputs and outputs are left out (the simulator's
+    convention: inputs appear in and outputs leave from the clusters' SRAM, host I/O is not
+    modelled).
 ``bisection``
     Bytes that every placement must move across the narrowest balanced cut, over its bandwidth.
     This bound is **zero**: in this model no positive amount of data is forced across the cut.

@@ -18,7 +18,6 @@ from tvm_chiplet.passes.planners.dram import fastest_dram
 from tvm_chiplet.passes.planners.evaluate import simulate_placement
 from tvm_chiplet.passes.planners.ilp_solvers import make_solver
 from tvm_chiplet.passes.planners.layout_ilp import solve_layouts
-from tvm_chiplet.passes.planners.microbatch import fastest_microbatch
 from tvm_chiplet.passes.planners.layouts import (
     FOLLOW,
     CostWalk,
@@ -26,6 +25,7 @@ from tvm_chiplet.passes.planners.layouts import (
     LayoutCosts,
     WalkState,
 )
+from tvm_chiplet.passes.planners.microbatch import fastest_microbatch
 from tvm_chiplet.passes.planners.partition import min_bottleneck_partition
 from tvm_chiplet.passes.planners.placement import OpSplit, Placement, PlanningError
 
