@@ -45,14 +45,14 @@ from tvm_chiplet.passes import ReduceGraph
 from tvm_chiplet.passes.analysis.extract_op_graph import extract_op_graph
 from tvm_chiplet.passes.analysis.op_graph import OpGraph
 from tvm_chiplet.passes.planners import FaultAwarePlanner, PipelinePlanner, PlanningProblem
-from tvm_chiplet.passes.planners.evaluate import graph_items
+from tvm_chiplet.passes.planners.evaluate import graph_items, placement_workload
 from tvm_chiplet.passes.planners.placement import Placement
 from tvm_chiplet.runtime.device import simulate_workload
 from tvm_chiplet.targets.faults import dead_parts, random_faults, with_faults
 from tvm_chiplet.targets.system import ChipletSystem
 from tvm_chiplet.targets.system_toml import load_system
 from tvm_chiplet.targets.topology import Topology
-from tvm_chiplet.targets.workload import WorkItem, build_workload, replicate_loans
+from tvm_chiplet.targets.workload import WorkItem, build_workload
 from tvm_chiplet.tools import models
 from tvm_chiplet.tools.bench.tables import markdown_table, write_csv
 from tvm_chiplet.tools.frontends import load_model
@@ -62,17 +62,10 @@ QUICK = {"resnet50": {"image": 64}, "bert": {"layers": 2, "seq": 32}}
 PRESETS = ["simba-6x6", "mesh-4x4"]
 
 
-def _workload(problem: PlanningProblem, placement, items=None):
-    items = items if items is not None else graph_items(problem.graph, placement)
-    return build_workload(items, problem.system, problem.topology, placement.dram_policy,
-                          placement.dram_shares,
-                          replicate_loans(placement.sram_loans, placement.copy_maps))
-
-
-def _simulate(problem: PlanningProblem, workload, batches: int, copies: int):
+def _simulate(problem: PlanningProblem, workload, batches: int, placement: Placement):
     tasks, messages, _, fetches = workload
     return simulate_workload(tasks, messages, problem.system, batches, "flow", fetches=fetches,
-                             copies=copies)
+                             copies=placement.copies, microbatch=placement.microbatch)
 
 
 def oblivious_items(healthy: ChipletSystem, faulty: ChipletSystem, items: list[WorkItem]
@@ -133,15 +126,16 @@ def bench_case(graph, healthy: ChipletSystem, healthy_plan, healthy_rate: float,
         placement = planner.plan(problem)
         if name == "fault_aware":
             row["fault_aware_plan_s"] = time.perf_counter() - started
-        workload = _workload(problem, placement)
+        workload = placement_workload(problem, placement)
         ok &= routes_ok(healthy, faulty, workload)
-        sim = _simulate(problem, workload, batches, placement.copies)
+        sim = _simulate(problem, workload, batches, placement)
         row[f"{name}_retained"] = sim.throughput_per_cycle / healthy_rate
     items = oblivious_items(healthy, faulty, graph_items(graph, healthy_plan))
     policy = "nearest" if healthy_plan.dram_policy == "balanced" else healthy_plan.dram_policy
-    workload = build_workload(items, faulty, problem.topology, policy)
+    workload = build_workload(items, faulty, problem.topology, policy,
+                              microbatch=healthy_plan.microbatch)
     ok &= routes_ok(healthy, faulty, workload)
-    sim = _simulate(problem, workload, batches, healthy_plan.copies)
+    sim = _simulate(problem, workload, batches, healthy_plan)
     row["oblivious_retained"] = sim.throughput_per_cycle / healthy_rate
     row["retained_vs_compute"] = row["fault_aware_retained"] / row["surviving_compute"]
     row["aware_vs_oblivious"] = row["fault_aware_retained"] / row["oblivious_retained"]
@@ -169,7 +163,8 @@ def healthy_case(model: str, preset: str, graph: OpGraph, healthy: ChipletSystem
     started = time.perf_counter()
     plan = PipelinePlanner(batches=batches).plan(problem)
     plan_s = time.perf_counter() - started
-    rate = _simulate(problem, _workload(problem, plan), batches, plan.copies).throughput_per_cycle
+    rate = _simulate(problem, placement_workload(problem, plan), batches,
+                     plan).throughput_per_cycle
     return Case(model, preset, graph, healthy, plan, rate, plan_s)
 
 

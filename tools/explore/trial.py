@@ -74,8 +74,8 @@ def plan_summary(plan: dict) -> dict:
         "clusters_used": len(plan["clusters_used"]),
         "copies": copies,
         "transfers": len(plan["transfers"]),
-        "dram_bytes_per_input": sum(f["bytes"] for f in fetches
-                                    if f.get("dram") is not None) / copies,
+        "dram_bytes_per_input": sum(f["bytes"] for f in fetches if f.get("dram") is not None)
+        / (copies * plan.get("microbatch", 1)),
         "bound_ratio": estimate["ratio_to_bound"],
         "bound_binding": estimate["bound_binding"],
         "compile_s": plan["compile_seconds"]["total"],
