@@ -13,11 +13,12 @@ from tvm_chiplet.targets.workload import MicrobatchTooLarge, streamed_bytes
 
 
 def microbatches(placement: Placement, batches: int) -> list[int]:
-    """The microbatches worth trying for ``batches`` inputs: 2, 4, 8, ... while a round of
-    every copy runs no more inputs than ``batches`` rounded up to whole rounds of one input
-    per copy (so that every candidate runs the same inputs or fewer)."""
+    """The microbatches worth trying for ``batches`` inputs: 2, 4, 8, ... above the
+    placement's own, while a round of every copy runs no more inputs than ``batches`` rounded
+    up to whole rounds of one input per copy (so that every candidate runs the same inputs or
+    fewer)."""
     rounds = math.ceil(batches / placement.copies)
-    sizes, size = [], 2
+    sizes, size = [], 2 * placement.microbatch
     while size <= rounds:
         if math.ceil(rounds / size) * size == rounds:
             sizes.append(size)
@@ -30,21 +31,21 @@ def fastest_microbatch(problem: PlanningProblem, placement: Placement, batches: 
     """``placement`` with the microbatch (:attr:`Placement.microbatch`) whose simulation of
     ``batches`` inputs costs least (``cost(sim)``), and that simulation.
 
-    A placement that streams no weights keeps running inputs one by one (a microbatch only
-    saves fetches). Otherwise microbatches of :func:`microbatches` are simulated in increasing
-    size until one costs more than the one before, or its activations do not fit a cluster's
+    A placement keeps the microbatch its planner chose (1: inputs one by one) when it streams
+    no weights, as a larger one only saves fetches. Otherwise the larger microbatches of
+    :func:`microbatches` are simulated in increasing size until one costs more than the one
+    before, or its activations do not fit a cluster's
     SRAM (:class:`~tvm_chiplet.targets.workload.MicrobatchTooLarge`): larger microbatches fetch
     less often but hold more activations, and fill a pipeline later. A larger microbatch lends
     no SRAM (:attr:`Placement.sram_loans`, sized for one input at a time, would crowd the
     lenders' activations); its weights keep the placement's DRAM placement.
     ``notes["microbatch_simulated_cycles"]`` gives every size tried and its cycles.
     """
-    placement = dataclasses.replace(placement, microbatch=1)
     sim = simulate_placement(problem, placement, batches, network, as_built=as_built)
     sizes = microbatches(placement, batches)
     if not sizes or not any(streamed_bytes(placement_items(problem, placement), problem.system)):
         return placement, sim
-    best, tried = (cost(sim), placement, sim), {1: float(sim.total_cycles)}
+    best, tried = (cost(sim), placement, sim), {placement.microbatch: float(sim.total_cycles)}
     for size in sizes:
         candidate = dataclasses.replace(placement, microbatch=size, sram_loans=())
         try:

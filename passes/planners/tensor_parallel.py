@@ -28,6 +28,7 @@ from tvm_chiplet.passes.planners.layouts import (
 from tvm_chiplet.passes.planners.microbatch import fastest_microbatch
 from tvm_chiplet.passes.planners.partition import min_bottleneck_partition
 from tvm_chiplet.passes.planners.placement import OpSplit, Placement, PlanningError
+from tvm_chiplet.targets.workload import MicrobatchTooLarge
 
 
 def _require_split_dims(problem: PlanningProblem, strategy: str) -> None:
@@ -74,7 +75,9 @@ class TensorParallelPlanner:
       ``R`` tiles, each running every ``R``-th input (:attr:`Placement.replicas`), with
       ``1 / R`` of the DRAM bandwidth; and also keeping one set of weights between them
       (``"R pooled"``, :attr:`~.placement.Placement.weight_pool`), every copy streaming at
-      its share of the pool's rate (:func:`~.layouts.pool_stream_rate`).
+      its share of the pool's rate (:func:`~.layouts.pool_stream_rate`); and pooled, each
+      fetch serving a microbatch of two inputs (``"R pooled microbatch 2"``,
+      :attr:`~.placement.Placement.microbatch`: twice the rate per input).
 
     Every layout's starting choice is estimated; the :data:`SEARCHED` most promising (within
     :data:`SEARCH_WITHIN` of the fastest start) are searched, and the whole grid always is.
@@ -145,8 +148,7 @@ class TensorParallelPlanner:
 
     def plan(self, problem: PlanningProblem) -> Placement:
         _require_split_dims(problem, self.name)
-        spaces = [self._space(problem, key, stages, copy_tiles, pooled)
-                  for key, stages, copy_tiles, pooled in self._layouts(problem)]
+        spaces = [self._space(problem, *layout) for layout in self._layouts(problem)]
         # Every layout's starting point is estimated; the most promising are searched.
         started = {space.key: space.estimate(space.start) for space in spaces}
         # Copies with and without a weight pool are estimated on different streaming models:
@@ -205,19 +207,33 @@ class TensorParallelPlanner:
         """``placement`` simulated as built for the planner's inputs, with its streamed
         weights interleaved and in the nearest controller, the faster variant; with a weight
         pool, what it cannot hold in the nearest controller (the faster on the four standard
-        cases and BERT-base on a 16x16 mesh, each simulation of many copies costly)."""
+        cases and BERT-base on a 16x16 mesh, each simulation of many copies costly). For more
+        than one input, in its microbatch or a larger one, whichever simulates fastest
+        (:func:`~.microbatch.fastest_microbatch`); in none when the microbatch its estimate
+        assumed does not fit."""
         nearest = dataclasses.replace(placement, dram_policy="nearest")
         variants = [nearest] if placement.weight_pool else [placement, nearest]
-        cycles = [float(simulate_placement(problem, variant, self.batches,
-                                           as_built=True).total_cycles) for variant in variants]
-        return variants[int(np.argmin(cycles))], min(cycles)
+        try:
+            cycles = [float(simulate_placement(problem, variant, self.batches,
+                                               as_built=True).total_cycles)
+                      for variant in variants]
+        except MicrobatchTooLarge:  # its estimate assumed a microbatch that does not fit
+            return self._judge(problem, dataclasses.replace(placement, microbatch=1))
+        chosen = variants[int(np.argmin(cycles))]
+        if self.batches == 1:
+            return chosen, min(cycles)
+        chosen, sim = fastest_microbatch(problem, chosen, self.batches,
+                                         cost=lambda sim: sim.total_cycles)
+        return chosen, float(sim.total_cycles)
 
     def _layouts(self, problem: PlanningProblem):
-        """(key, stage tiles, copy tiles, pooled) of every layout of the grid to try: the
-        whole grid (``"1"``); ``R`` copies of a plan on one of ``R`` tiles (``"R"``, for ``R``
-        up to the inputs); a pipeline of ``S`` stages, one per tile (``"S stages"``, up to
-        :data:`STAGES`); and ``R`` copies of an ``S``-stage pipeline (``"R x S stages"``).
-        Every layout with copies also with their weights in a weight pool (``"... pooled"``)."""
+        """(key, stage tiles, copy tiles, pooled[, microbatch]) of every layout of the grid to
+        try: the whole grid (``"1"``); ``R`` copies of a plan on one of ``R`` tiles (``"R"``,
+        for ``R`` up to the inputs); a pipeline of ``S`` stages, one per tile (``"S stages"``,
+        up to :data:`STAGES`); and ``R`` copies of an ``S``-stage pipeline (``"R x S stages"``).
+        Every layout with copies also with their weights in a weight pool (``"... pooled"``),
+        and, when each copy runs an even number of inputs, pooled with a microbatch of 2
+        (``"... pooled microbatch 2"``: each fetch from the pool serves two inputs)."""
         topology, inputs = problem.topology, self.batches
         clusters = problem.system.num_clusters
         tilings = {n: t[0] for n in range(2, clusters + 1) if (t := topology.tilings(n))}
@@ -240,15 +256,19 @@ class TensorParallelPlanner:
         for key, tiles, copy_tiles in copied:
             yield key, tiles, copy_tiles, False
             yield f"{key} pooled", tiles, copy_tiles, True
+            if math.ceil(inputs / len(copy_tiles)) % 2 == 0:
+                yield f"{key} pooled microbatch 2", tiles, copy_tiles, True, 2
 
     def _space(self, problem: PlanningProblem, key: str, tiles: list[list[int] | None],
-               copy_tiles: list[list[int]] | None, pooled: bool = False) -> _Space:
+               copy_tiles: list[list[int]] | None, pooled: bool = False,
+               microbatch: int = 1) -> _Space:
         """The search space of one layout: each stage on its tile (``[None]``: one stage on
         every cluster), copies on ``copy_tiles``, each copy's stages with their share of the
-        DRAM bandwidth (of the weight pool's rate, ``pooled``). Its estimate: the planner's
-        inputs, one after another on each copy, pipelined over the stages."""
+        DRAM bandwidth (of the weight pool's rate, ``pooled``), which a ``microbatch`` of
+        inputs shares per fetch. Its estimate: the planner's inputs, one after another on each
+        copy, pipelined over the stages."""
         stages, copies = len(tiles), len(copy_tiles or [None])
-        share = 1.0 / (copies * (stages if self.batches > 1 else 1))
+        share = microbatch / (copies * (stages if self.batches > 1 else 1))
         costs = LayoutCosts(problem, dram_share=share, tiles=tiles, pooled=pooled)
         stage_of = stage_ops(problem, costs, self.max_parts) if stages > 1 else None
         options = {op_id: self._options(costs, dims, costs.tile_groups(
@@ -258,7 +278,7 @@ class TensorParallelPlanner:
                    for op_id, dims in sorted(problem.split_dims.items())}
         start = {op_id: opts[-1] for op_id, opts in options.items()}
         return _Space(key, CostWalk(costs, options, stage_of), math.ceil(self.batches / copies),
-                      stage_of, options, start, copy_tiles, pooled)
+                      stage_of, options, start, copy_tiles, pooled, microbatch)
 
     def _search(self, problem: PlanningProblem, space: _Space) -> Placement:
         """The plan of ``space`` (:meth:`_local_search` or, with ``search="ilp"``, the
@@ -303,7 +323,7 @@ class TensorParallelPlanner:
         if space.copy_tiles is None:
             return placement
         return dataclasses.replace(placement.copied_onto(space.copy_tiles),
-                                   weight_pool=space.pooled)
+                                   weight_pool=space.pooled, microbatch=space.microbatch)
 
     def _local_search(self, space: _Space) -> tuple[dict, float, int]:
         """The local search of ``space`` from its start: (choice, estimate, sweeps). Each op's
@@ -368,6 +388,7 @@ class _Space:
     start: dict
     copy_tiles: list[list[int]] | None
     pooled: bool = False
+    microbatch: int = 1
 
     def value(self, state: WalkState) -> float:
         """The estimate of a finished walk."""

@@ -136,14 +136,36 @@ def test_copies_are_planned_with_and_without_a_weight_pool_and_each_family_is_ju
     plan = TensorParallelPlanner(batches=64).plan(p)
     started = plan.notes["layouts_started"]
     copied = [key for key in started if key not in ("1",) and "stages" not in key
-              and not key.endswith("pooled")]
+              and "pooled" not in key]
     assert copied and all(f"{key} pooled" in started for key in copied)
+    # 64 inputs on R copies: an even number each, so each pooled layout also has a microbatch.
+    assert all(f"{key} pooled microbatch 2" in started for key in copied)
     judged = plan.notes["simulated_cycles"]
-    assert {key.endswith(" pooled") for key in judged} == {True, False}
+    assert {"pooled" in key for key in judged} == {True, False}
     # The kept plan's pool is that of its layout, or of its DRAM placement.
     assert plan.weight_pool == plan.notes["dram_placement"].startswith("pooled")
     assert simulate_placement(p, plan, 64).total_cycles == pytest.approx(
         plan.notes["dram_placement_simulated_cycles"][plan.notes["dram_placement"]])
+
+
+def test_a_pooled_layout_with_a_microbatch_plans_it_or_runs_inputs_one_by_one_if_too_large():
+    system = mesh_system(4, 4, bandwidth=16.0, sram_bytes=256_000)
+    base = PlanningProblem(CHAIN, system, Topology(system), DIMS, simulator=simulate_workload)
+    p = dataclasses.replace(base, realise=lambda placement: (base.graph, placement))
+    planner = TensorParallelPlanner(batches=64)
+    layout = next(lay for lay in planner._layouts(p) if lay[0] == "8 pooled microbatch 2")
+    space = planner._space(p, *layout)
+    plan = planner._search(p, space)
+    assert plan.microbatch == 2 and plan.weight_pool and plan.copies == 8
+    # 40 kB of activations per op and input: a microbatch of 2 fits 256 kB clusters...
+    judged, cycles = planner._judge(p, plan)
+    assert judged.microbatch >= 2
+    assert cycles == pytest.approx(simulate_placement(p, judged, 64).total_cycles)
+    # ... but not 16 kB ones: judged inputs one by one.
+    small = mesh_system(4, 4, bandwidth=16.0, sram_bytes=16_000)
+    q = dataclasses.replace(p, system=small, topology=Topology(small))
+    judged, _ = planner._judge(q, plan)
+    assert judged.microbatch == 1
 
 
 def test_a_plan_estimated_above_the_cutoff_is_neither_realised_nor_simulated():
