@@ -142,7 +142,9 @@ def simulate_workload(
     lent from another cluster's SRAM, ``dram`` None, takes its route alone), and
     each streaming cluster gets a DMA engine (a zero-cycle task stream of its own) that runs
     its fetches one after another (a fetch's parts from several controllers in parallel), so
-    fetches contend for controllers and links like messages do. The
+    fetches contend for controllers and links like messages do. A fetch ``"shared"`` by a weight
+    pool's members (the index of its first member's) is issued once, by that member's engine
+    when every member's buffer is free, and sent as one multicast. The
     result covers the system's clusters, links, tasks and messages only (fetch tasks, engines
     and controller links are simulated but left out). ``progress(fraction)`` is called as the
     simulation advances; Ctrl-C stops it cleanly.
@@ -174,7 +176,7 @@ def simulate_workload(
     ]
     engines: dict[int, int] = {}
     landing: dict[int, int] = {}  # task index -> its landing task
-    for fetch in fetches:
+    for number, fetch in enumerate(fetches):
         engine = engines.setdefault(fetch["cluster"], system.num_clusters + len(engines))
         task = fetch["task"]
         if task not in landing:
@@ -191,8 +193,16 @@ def simulate_workload(
         # A part from DRAM first crosses its controller; a part lent by another cluster's SRAM
         # only crosses the network.
         source = [] if fetch.get("dram") is None else [len(links) + fetch["dram"]]
+        shared = fetch.get("shared")
+        if shared is not None and shared != number:
+            # One fetch for the whole pool: issued by its first member once every member's
+            # buffer is free, multicast to all of them.
+            issue = landing[fetches[shared]["task"]] - 1
+            if fetch["after"] is not None:
+                sim_messages.append(SimMessage(fetch["after"], issue, 0, []))
         sim_messages.append(
-            SimMessage(issue, landing[task], fetch["bytes"], [*source, *fetch["route"]])
+            SimMessage(issue, landing[task], fetch["bytes"], [*source, *fetch["route"]],
+                       None if shared is None else -1 - shared)
         )
     sim = simulate(
         sim_tasks,

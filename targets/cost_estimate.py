@@ -110,11 +110,11 @@ def estimate_cost(tasks: list[dict], messages: list[dict], fetches: list[dict],
             load[kind][link] += nbytes / bandwidth[link]
             load["all"][link] += nbytes / bandwidth[link]
     dram: dict[int, float] = defaultdict(float)
-    for fetch in fetches:
+    for number, fetch in enumerate(fetches):
         source = fetch_source(fetch, system)
         for link in routing.route(source, fetch["cluster"]):
             load["all"][link] += fetch["bytes"] / bandwidth[link]
-        if fetch.get("dram") is not None:
+        if fetch.get("dram") is not None and fetch.get("shared") in (None, number):
             dram[fetch["dram"]] += fetch["bytes"] / dram_rate[fetch["dram"]]
     for index in range(len(tasks)):  # tasks are in execution order: producers come first
         arrival[index] = max((finish[src] + delay for src, delay in incoming[index]

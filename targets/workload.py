@@ -35,8 +35,13 @@ parallelism does (ZeRO-3 / FSDP, Graphcore's replicated tensor sharding): a memb
 fraction ``cap_k / max(W, sum cap)`` of every one of the group's items resident (``cap_k`` its
 resident budget, ``W`` the weights of one copy's cluster), and every batch a cluster fetches the
 other members' stripes of its items over the network, and from DRAM only what the group's SRAM
-cannot hold. Nothing else stays resident on a member. A group whose SRAM holds several sets
-keeps several, each in a pool of consecutive copies (fewer and shorter fetches).
+cannot hold. Each part of an item (a member's stripe, the DRAM rest) is one fetch for the whole
+pool (``"shared"``), issued by the first member that reads it once every reader's buffer is
+free, and sent once to all its readers, as the copies run the same op at about the same time:
+around a ring of them or as a multicast tree, as a fan-out below (a part that can take neither
+is fetched by each reader alone).
+Nothing else stays resident on a member. A group whose SRAM holds several sets keeps several,
+each in a pool of consecutive copies (fewer and shorter fetches).
 
 Microbatches (several inputs per weight fetch)
 ----------------------------------------------
@@ -333,6 +338,13 @@ def check_loans(items: Sequence[WorkItem], system: ChipletSystem,
     return by_borrower
 
 
+def dram_bytes(fetches: Sequence[dict]) -> int:
+    """Bytes :func:`build_workload`'s ``fetches`` read from DRAM controllers: a fetch shared by a
+    weight pool's members once."""
+    return sum(f["bytes"] for n, f in enumerate(fetches)
+               if f.get("dram") is not None and f.get("shared") in (None, n))
+
+
 def fetch_source(fetch: dict, system: ChipletSystem) -> int:
     """The network node a fetch of :func:`build_workload` comes from: its DRAM controller's
     node, or the lending cluster."""
@@ -361,10 +373,11 @@ def build_workload(
         ``multicast`` None or the index of the shared transfer's first message, module
         docstring);
         ``weights_resident[c]``: whether cluster ``c`` keeps all its weights in SRAM;
-        ``fetches`` = ``{"task", "cluster", "dram", "lender", "bytes", "route", "after"}``, one
-        per streamed item and source: a DRAM controller (``dram``; ``lender`` None) or, with
-        ``sram_loans``, a lending cluster (``lender``; ``dram`` None). ``after``: the item
-        whose end issues the fetch, or None.
+        ``fetches`` = ``{"task", "cluster", "dram", "lender", "bytes", "route", "after",
+        "shared"}``, one per streamed item and source: a DRAM controller (``dram``; ``lender``
+        None) or, with ``sram_loans`` or a pool, a lending cluster (``lender``; ``dram`` None).
+        ``after``: the item whose end issues the fetch, or None. ``shared``: for a pool's
+        part, the index of the fetch that all its readers share (module docstring), else None.
     """
     topology = topology or Topology(system)
     scaled = microbatch_items(items, microbatch)  # checks microbatch
@@ -383,6 +396,7 @@ def build_workload(
     resident = [True] * system.num_clusters
     tasks, messages, fetches = [], [], []
     streamed_on: dict[int, list[int]] = {}
+    shared_from: dict[tuple, int] = {}  # (pool leader, j, controller, lender) -> fetch
     for index, item in enumerate(items):
         cluster = system.clusters[item.cluster]
         cycles = cost_model.compute_cycles(item.flops, item.bytes_moved, cluster)
@@ -393,7 +407,6 @@ def build_workload(
             resident[item.cluster] = False
             earlier = streamed_on.setdefault(item.cluster, [])
             after = earlier[-2] if len(earlier) >= 2 else None
-            earlier.append(index)
             parts = [(None, k, int(item.weight_bytes * fraction), topology.route(k, item.cluster))
                      for k, fraction in stripes.get(item.cluster, {}).items()
                      if k != item.cluster]
@@ -401,23 +414,36 @@ def build_workload(
                 share = int(streamed[index] * nbytes / stream_total[item.cluster])
                 parts.append((None, lender, share, topology.route(lender, item.cluster)))
             rest = streamed[index] - sum(part[2] for part in parts)
-            shares = controller_shares(system, topology, item.cluster, dram_policy, dram_shares)
+            # A pool's members fetch each part of their j-th streamed item (a member's stripe,
+            # the DRAM rest from the first member's controllers) as one shared fetch, multicast
+            # to all of the members that read it.
+            leader = next(iter(stripes[item.cluster])) if item.cluster in stripes else None
+            shares = controller_shares(system, topology, leader if leader is not None
+                                       else item.cluster, dram_policy, dram_shares)
             sizes = _split_bytes(rest, [share for _, share in shares])
             parts += [(dram_id, None, nbytes,
                        topology.route(system.drams[dram_id].node, item.cluster))
                       for (dram_id, _), nbytes in zip(shares, sizes, strict=True)]
             for dram_id, lender, nbytes, route in parts:
                 if nbytes > 0:  # they add up to streamed[index] > 0: at least one is
+                    shared = None
+                    if leader is not None:
+                        key = (leader, len(earlier), dram_id, lender)
+                        shared = shared_from.setdefault(key, len(fetches))
+                        nbytes = fetches[shared]["bytes"] if shared < len(fetches) else nbytes
                     fetches.append({
                         "task": index, "cluster": item.cluster, "dram": dram_id,
                         "lender": lender, "bytes": nbytes, "route": route, "after": after,
+                        "shared": shared,
                     })
+            earlier.append(index)
         for producer, nbytes in item.deps:
             src = items[producer].cluster
             route = topology.route(src, item.cluster) if src != item.cluster else []
             messages.append({"src": producer, "dst": index, "bytes": int(nbytes), "route": route,
                              "multicast": None})
     _group_fan_outs(items, messages, system, topology)
+    _share_pool_fetches(fetches, system, topology)
     return tasks, messages, resident, fetches
 
 
@@ -434,21 +460,58 @@ def _group_fan_outs(items: Sequence[WorkItem], messages: list[dict], system: Chi
     for source, group in readers.items():
         if len(group) < 2:
             continue
-        src = items[source].cluster
-        members = tuple(sorted({src, *(items[messages[i]["dst"]].cluster for i in group)}))
-        if members not in rings:
-            rings[members] = gather_ring(topology, members)
-        ring = rings[members]
-        routes = {c: ring_route(topology, ring, src, c) for c in members if c != src} \
-            if ring is not None else {}
-        if routes and all(route is not None for route in routes.values()):
-            for index in group:
-                messages[index]["route"] = routes[items[messages[index]["dst"]].cluster]
-        elif not all(system.links[link].multicast
-                     for index in group for link in messages[index]["route"]):
+        routes = _shared_routes(topology, system, items[source].cluster,
+                                [items[messages[i]["dst"]].cluster for i in group], rings)
+        if routes is None:
             continue
         for index in group:
+            messages[index]["route"] = routes[items[messages[index]["dst"]].cluster]
             messages[index]["multicast"] = group[0]
+
+
+def _share_pool_fetches(fetches: list[dict], system: ChipletSystem, topology: Topology) -> None:
+    """Route each shared fetch of a weight pool (module docstring) as one transfer from its
+    source to its readers, around a ring or as a multicast tree; a part that can take neither
+    is fetched by each reader alone."""
+    groups: dict[int, list[dict]] = {}
+    for fetch in fetches:
+        if fetch["shared"] is not None:
+            groups.setdefault(fetch["shared"], []).append(fetch)
+    rings: dict[tuple[int, ...], tuple[int, ...] | None] = {}
+    for group in groups.values():
+        if len(group) < 2:
+            continue
+        first = group[0]
+        # A stripe leaves its member; the DRAM rest reaches the first reader, then the others.
+        src = first["lender"] if first["dram"] is None else first["cluster"]
+        prefix = [] if first["dram"] is None else topology.route(
+            system.drams[first["dram"]].node, src)
+        readers = [f["cluster"] for f in group if f["cluster"] != src]
+        routes = _shared_routes(topology, system, src, readers, rings)
+        for fetch in group:
+            if routes is None:
+                fetch["shared"] = None
+            elif fetch["cluster"] != src:
+                fetch["route"] = prefix + routes[fetch["cluster"]]
+
+
+def _shared_routes(topology: Topology, system: ChipletSystem, src: int, readers: list[int],
+                   rings: dict) -> dict[int, list[int]] | None:
+    """Routes of one transfer from cluster ``src`` to every reader: around a ring of them when
+    an all-gather over them loads the busiest link less that way, else the system's routes when
+    every link on them has multicast routers; None when neither (``rings`` memoises rings)."""
+    members = tuple(sorted({src, *readers}))
+    if members not in rings:
+        rings[members] = gather_ring(topology, members)
+    ring = rings[members]
+    if ring is not None:
+        routes = {c: ring_route(topology, ring, src, c) for c in readers}
+        if all(route is not None for route in routes.values()):
+            return routes
+    routes = {c: topology.route(src, c) for c in readers}
+    if all(system.links[link].multicast for route in routes.values() for link in route):
+        return routes
+    return None
 
 
 def _split_bytes(nbytes: int, shares: list[float]) -> list[int]:

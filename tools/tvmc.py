@@ -39,6 +39,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         rate_label,
     )
     from tvm_chiplet.targets.target import parse_target
+    from tvm_chiplet.targets.workload import dram_bytes
     from tvm_chiplet.tools.frontends import describe_inputs, parse_input_shapes
 
     if args.print_inputs:
@@ -75,7 +76,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if fetches:
         microbatch = plan.get("microbatch", 1)
         per_input = copies * microbatch
-        from_dram = sum(f["bytes"] for f in fetches if f.get("dram") is not None) / per_input
+        from_dram = dram_bytes(fetches) / per_input
         lent = sum(f["bytes"] for f in fetches if f.get("dram") is None) / per_input
         held = "the copies' weight pool" if plan.get("weight_pool") else "other clusters' SRAM " \
             "(loans)"

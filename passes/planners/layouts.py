@@ -204,12 +204,14 @@ def link_rate(system, link: int) -> float:
     return system.links[link].bandwidth * (calibration.factor(kind) if calibration else 1.0)
 
 
-def pool_stream_rate(problem: PlanningProblem, share: float) -> float:
+def pool_stream_rate(problem: PlanningProblem, share: float, copies: int = 1) -> float:
     """Bytes per cycle a plan taking ``share`` of the system's streaming (``1 / R`` for ``R``
-    tiles streaming at once) streams its weights at from a weight pool: the fraction of the
-    weights the pool's SRAM holds comes over the network, whose calibrated links carry every
-    tile's fetches over the mean route between clusters, the rest from its share of the DRAM
-    bandwidth, both at once."""
+    tiles streaming at once) streams its weights at from a weight pool shared by ``copies``
+    copies of it: the fraction of the weights the pool's SRAM holds comes over the network,
+    whose calibrated links carry every tile's fetches over the mean route between clusters (a
+    stripe multicast to the other copies crosses each link of its tree once: one hop per
+    copy); the rest from DRAM, fetched once for all the copies and multicast to them (at
+    ``copies`` times the tile's share of the DRAM bandwidth); both at once."""
     key = ("pool stream rate",)
     if key not in problem.memo:
         system, topology = problem.system, problem.topology
@@ -219,11 +221,13 @@ def pool_stream_rate(problem: PlanningProblem, share: float) -> float:
         pool = sum((1.0 - STREAM_BUFFER_FRACTION) * c.sram_bytes for c in system.clusters)
         weights = problem.graph.total_weight_bytes
         held = min(1.0, pool / weights) if weights else 1.0
-        network = sum(link_rate(system, link) for link in range(len(system.links))) / hops
+        links = sum(link_rate(system, link) for link in range(len(system.links)))
         efficiency = system.calibration.factor("dram") if system.calibration else 1.0
         dram = sum(d.bandwidth for d in system.drams) * efficiency
-        problem.memo[key] = 1.0 / max(held / max(network, 1e-9), (1.0 - held) / max(dram, 1e-9))
-    return problem.memo[key] * share
+        problem.memo[key] = (held, max(links, 1e-9), hops, max(dram, 1e-9))
+    held, links, hops, dram = problem.memo[key]
+    network = links / (hops if copies == 1 else 1.0)
+    return 1.0 / max(held / (network * share), (1.0 - held) / (dram * share * copies))
 
 
 def _ingress(system, cluster: int) -> float:
@@ -287,12 +291,13 @@ class LayoutCosts:
     are :attr:`groups` ``[first[t]:first[t + 1]]``, and :attr:`tile_of` maps a group to its
     tile. ``dram_share`` is the fraction of the DRAM controllers' bandwidth the ops get
     (``1 / R`` when ``R`` copies of the plan, or ``R`` stages, stream at once). ``pooled``:
-    copies keep one set of weights between them (a weight pool,
+    ``copies`` copies keep one set of weights between them (a weight pool,
     :attr:`~.placement.Placement.weight_pool`): nothing stays resident beyond a cluster's
     stripe, and every op's weights stream at :func:`pool_stream_rate`."""
 
     def __init__(self, problem: PlanningProblem, dram_share: float = 1.0,
-                 tiles: Sequence[Sequence[int] | None] = (None,), pooled: bool = False) -> None:
+                 tiles: Sequence[Sequence[int] | None] = (None,), pooled: bool = False,
+                 copies: int = 1) -> None:
         self.problem = problem
         self.groups: list[_Group] = []
         self.tile_of: list[int] = []
@@ -313,7 +318,7 @@ class LayoutCosts:
         system = problem.system
         efficiency = system.calibration.factor("dram") if system.calibration else 1.0
         self.pooled = pooled
-        self.dram_rate = max(pool_stream_rate(problem, dram_share) if pooled else
+        self.dram_rate = max(pool_stream_rate(problem, dram_share, copies) if pooled else
                              sum(d.bandwidth for d in system.drams) * efficiency * dram_share,
                              1e-9)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -116,6 +117,10 @@ class TensorParallelPlanner:
         ResNet-50 simba-6x6 it simulates to 5.40x the bound, the local search's plan to
         5.90x; the same plans on BERT-base and on the 8x8 mesh), the local search for many,
         whose plans take minutes to judge at 64 inputs.
+    layouts : sequence of str, optional
+        Which kinds of layout of the grid to try (:data:`LAYOUTS`, default all): ``"grid"``
+        (every op over the whole grid), ``"stages"`` (pipelines over regions), ``"copies"``
+        and ``"pooled"`` (copies of a plan or a pipeline, without or with a weight pool).
     solver, time_limit
         The program's solver (``"highs"`` or ``"cbc"``) and its seconds over all layouts
         (``None``: no limit); a layout left without time, or without a solution in it, keeps
@@ -126,7 +131,14 @@ class TensorParallelPlanner:
 
     def __init__(self, max_parts: int | None = None, sweeps: int = 4, batches: int = 1,
                  cutoff: float | None = None, search: str | None = None, solver: str = "highs",
-                 time_limit: float | None = 30.0) -> None:
+                 time_limit: float | None = 30.0,
+                 layouts: Sequence[str] | None = None) -> None:
+        layouts = LAYOUTS if layouts is None else tuple(layouts)
+        unknown = sorted(set(layouts) - set(LAYOUTS))
+        if unknown or not layouts:
+            raise PlanningError(f"layouts must name some of {', '.join(LAYOUTS)}; found "
+                                f"{', '.join(unknown) or 'none'}")
+        self.layouts = layouts
         search = search or ("ilp" if batches == 1 else "local")
         if search not in SEARCHES:
             raise PlanningError(f"unknown search {search!r}; valid searches: "
@@ -237,13 +249,14 @@ class TensorParallelPlanner:
         topology, inputs = problem.topology, self.batches
         clusters = problem.system.num_clusters
         tilings = {n: t[0] for n in range(2, clusters + 1) if (t := topology.tilings(n))}
-        yield "1", [None], None, False
+        if "grid" in self.layouts:
+            yield "1", [None], None, False
         copied = []
         for copies, tiles in tilings.items():
             if copies <= inputs:
                 copied.append((f"{copies}", [tiles[0]], tiles))
         for stages, tiles in tilings.items():
-            if stages <= STAGES and len(tiles[0]) >= 2:
+            if stages <= STAGES and len(tiles[0]) >= 2 and "stages" in self.layouts:
                 yield f"{stages} stages", snake_tiles(problem, tiles), None, False
         for (copies, coarse), stages in itertools.product(tilings.items(), range(2, STAGES + 1)):
             fine = tilings.get(copies * stages)
@@ -254,7 +267,10 @@ class TensorParallelPlanner:
                 copied.append((f"{copies} x {stages} stages", snake_tiles(problem, inside),
                                coarse))
         for key, tiles, copy_tiles in copied:
-            yield key, tiles, copy_tiles, False
+            if "copies" in self.layouts:
+                yield key, tiles, copy_tiles, False
+            if "pooled" not in self.layouts:
+                continue
             yield f"{key} pooled", tiles, copy_tiles, True
             if math.ceil(inputs / len(copy_tiles)) % 2 == 0:
                 yield f"{key} pooled microbatch 2", tiles, copy_tiles, True, 2
@@ -269,7 +285,8 @@ class TensorParallelPlanner:
         copy, pipelined over the stages."""
         stages, copies = len(tiles), len(copy_tiles or [None])
         share = microbatch / (copies * (stages if self.batches > 1 else 1))
-        costs = LayoutCosts(problem, dram_share=share, tiles=tiles, pooled=pooled)
+        costs = LayoutCosts(problem, dram_share=share, tiles=tiles, pooled=pooled,
+                            copies=copies)
         stage_of = stage_ops(problem, costs, self.max_parts) if stages > 1 else None
         options = {op_id: self._options(costs, dims, costs.tile_groups(
                        stage_of[op_id] if stage_of is not None else 0),
@@ -508,6 +525,11 @@ bindings of a 32-way ResNet-50 plan in 15 s), so a few seconds. On BERT-base ove
 at 64 inputs, the best estimate (16 stages of 4-way splits, 1.5 k messages) simulates to 1.547x
 the bound and the second (8 stages of 8-way splits, 5.4 k) to 1.472x."""
 
+
+LAYOUTS = ("grid", "stages", "copies", "pooled")
+"""Kinds of layout of the grid tensor-parallel plans on (:meth:`TensorParallelPlanner._layouts`):
+the whole grid, pipelines over regions, copies (of a plan or a pipeline), copies with a weight
+pool."""
 
 MAX_PARTS = 36
 """Default most parts of one op (simba-6x6's 36 clusters). A ``k``-way collective is realised

@@ -304,6 +304,10 @@ def test_a_weight_pool_streams_every_op_at_its_share_of_the_pools_rate():
     rate = 1.0 / max(held / links, (1 - held) / 64.0)
     assert pool_stream_rate(problem, 1.0) == pytest.approx(rate)
     assert pool_stream_rate(problem, 0.25) == pytest.approx(rate / 4)
+    # Four copies share each fetch: the DRAM part streams at four times the share, and a
+    # stripe multicast to the others crosses each link once (no mean route).
+    assert pool_stream_rate(problem, 0.25, copies=4) == pytest.approx(
+        1.0 / max(held / (8 * 32.0 / 4), (1 - held) / 64.0))
     pooled = LayoutCosts(problem, dram_share=0.25, pooled=True)
     plain = LayoutCosts(problem, dram_share=0.25)
     assert pooled.budget(0) == 0 and plain.budget(0) == 12_000

@@ -148,6 +148,15 @@ def test_copies_are_planned_with_and_without_a_weight_pool_and_each_family_is_ju
         plan.notes["dram_placement_simulated_cycles"][plan.notes["dram_placement"]])
 
 
+def test_layouts_can_be_limited_to_some_kinds_and_unknown_kinds_are_refused():
+    planner = TensorParallelPlanner(batches=64, layouts=("stages",))
+    keys = [layout[0] for layout in planner._layouts(problem(16))]
+    assert keys and all(key.endswith(" stages") and " x " not in key for key in keys)
+    with pytest.raises(PlanningError, match="layouts must name some of grid, stages, copies, "
+                                            "pooled; found rings"):
+        TensorParallelPlanner(layouts=("rings",))
+
+
 def test_a_pooled_layout_with_a_microbatch_plans_it_or_runs_inputs_one_by_one_if_too_large():
     system = mesh_system(4, 4, bandwidth=16.0, sram_bytes=256_000)
     base = PlanningProblem(CHAIN, system, Topology(system), DIMS, simulator=simulate_workload)
@@ -232,7 +241,8 @@ def test_for_many_inputs_a_pipeline_over_2d_regions_splits_each_stage_inside_its
     system = mesh_system(4, 4, bandwidth=4.0)
     p = PlanningProblem(LAYERS, system, Topology(system), LAYER_DIMS,
                         simulator=simulate_workload)
-    staged = TensorParallelPlanner(batches=64).plan(p)
+    # Copies are left out (with a weight pool they win here): stages beat the whole grid.
+    staged = TensorParallelPlanner(batches=64, layouts=("grid", "stages")).plan(p)
     stages = staged.notes["stages"]
     assert stages > 1 and staged.copies == 1
     estimates = staged.notes["estimated_cycles"]

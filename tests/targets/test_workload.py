@@ -203,6 +203,32 @@ def test_what_the_pool_cannot_hold_streams_from_dram():
     assert from_dram == int(4000 * (1 - 768 / 8000)) - 3 * (768 * 4000 // 8000)
 
 
+def test_each_part_of_a_pooled_item_is_fetched_once_and_multicast_to_its_readers():
+    system, items, pool = _copies_on_a_line([4000, 4000])
+    tasks, _, _, fetches = build_workload(items, system, pool=pool)
+    groups: dict[int, list[dict]] = {}
+    for fetch in fetches:
+        groups.setdefault(fetch["shared"], []).append(fetch)
+    # Per item (2): the DRAM rest, read by all 4 members, and each member's stripe, read by
+    # the 3 others; every part of a group carries the same bytes.
+    assert sorted(len(group) for group in groups.values()) == [3] * 8 + [4] * 2
+    for lead, group in groups.items():
+        assert fetches[lead] in group
+        assert {f["bytes"] for f in group} == {fetches[lead]["bytes"]}
+        source = {(f["dram"], f["lender"]) for f in group}
+        assert len(source) == 1
+        readers = {f["cluster"] for f in group}
+        assert readers == {0, 1, 2, 3} - {f["lender"] for f in group}
+    sim = simulate_workload(tasks, [], system, batches=4, network="flow", fetches=fetches,
+                            copies=4)
+    once = sum(fetches[lead]["bytes"] for lead, group in groups.items() if len(group) == 4)
+    assert sim.dram_bytes.sum() == pytest.approx(once)  # 4 copies, 1 round, each byte once
+    # The flit routers do not replicate: there each member's copy crosses the controller.
+    flit = simulate_workload(tasks, [], system, batches=4, network="flit", fetches=fetches,
+                             copies=4)
+    assert flit.dram_bytes.sum() == pytest.approx(4 * once)
+
+
 def test_a_pool_beats_copies_streaming_from_one_controller():
     system, items, pool = _copies_on_a_line([4000, 4000, 4000], sram_bytes=8192)
     runs = {}

@@ -1,12 +1,16 @@
 """Strategies that split ops (tensor-parallel, layer-sequential, pipeline regions, modular) end
 to end against onnxruntime."""
 
+import numpy as np
+import onnxruntime as ort
 import pytest
 
+import tvm_chiplet
 from tests.tools.e2e import compile_run_and_compare
 from tvm_chiplet.passes import ReduceGraph
 from tvm_chiplet.passes.analysis.extract_op_graph import extract_op_graph
 from tvm_chiplet.passes.analysis.lower_bound import lower_bound
+from tvm_chiplet.passes.planners import TensorParallelPlanner
 from tvm_chiplet.targets.system_toml import load_system
 from tvm_chiplet.tools import models
 from tvm_chiplet.tools.frontends import load_model
@@ -145,17 +149,35 @@ bandwidth = 8.0
 """
 
 
-def test_tensor_parallel_pipeline_over_2d_regions_matches_onnxruntime(tmp_path):
-    # The transformer block's weights overflow a pair of clusters but not the grid, and DRAM is
-    # slow: stages on 2-D regions, each splitting its ops, beat copies that stream weights.
+def test_tensor_parallel_pools_copies_weights_in_microbatches_and_matches_onnxruntime(tmp_path):
+    # The transformer block's weights overflow a cluster but not the grid, and DRAM is slow:
+    # copies that keep one set of weights in a pool, each fetch serving two inputs, win.
     config = tmp_path / "slow.toml"
     config.write_text(SLOW_DRAM)
     plan = compile_run_and_compare(tmp_path, models.get_model("transformer-block"),
                                    f"chiplet -config={config}", "tensor-parallel",
                                    extra=("--objective", "time"))
-    notes = plan["placement"]["notes"]
+    assert plan["copies"] > 1 and plan["weight_pool"] and plan["microbatch"] >= 2
+    simulated = plan["placement"]["notes"]["simulated_cycles"]
+    assert min(simulated, key=simulated.get).endswith("pooled")
+    shared = [f for f in plan["dram_fetches"] if f["shared"] is not None]
+    assert shared and all(f["lender"] is not None or f["dram"] is not None for f in shared)
+
+
+def test_tensor_parallel_pipeline_over_2d_regions_matches_onnxruntime(tmp_path):
+    # Without copies, stages on 2-D regions, each splitting its ops, beat the whole grid.
+    model = models.get_model("transformer-block")
+    config = tmp_path / "slow.toml"
+    config.write_text(SLOW_DRAM)
+    planner = TensorParallelPlanner(batches=64, layouts=("grid", "stages"))
+    lib = tvm_chiplet.build(model, target=f"chiplet -config={config}", strategy=planner)
+    inputs = models.example_inputs(model, seed=3)
+    reference = ort.InferenceSession(model.SerializeToString()).run(None, inputs)[0]
+    ours = lib.run(inputs).outputs[0]
+    assert float(np.abs(ours - reference).max()) / float(np.abs(reference).max()) <= 1e-4
+    notes = lib.plan["placement"]["notes"]
     stages = notes["stages"]
-    assert stages > 1 and plan["copies"] == 1 and notes["splits"] >= stages
+    assert stages > 1 and lib.plan["copies"] == 1 and notes["splits"] >= stages
     assert notes["simulated_cycles"][f"{stages} stages"] == min(
         notes["simulated_cycles"].values())
-    assert len(plan["clusters_used"]) > stages  # the stages split their ops
+    assert len(lib.plan["clusters_used"]) > stages  # the stages split their ops

@@ -64,6 +64,8 @@ def compile_plan(study: Study, point: dict, system) -> dict:
 
 def plan_summary(plan: dict) -> dict:
     """The plan's summary columns of the results table."""
+    from tvm_chiplet.targets.workload import dram_bytes
+
     copies = plan.get("copies", 1)
     fetches = plan.get("dram_fetches", [])
     estimate = plan["estimate"][0]
@@ -74,8 +76,7 @@ def plan_summary(plan: dict) -> dict:
         "clusters_used": len(plan["clusters_used"]),
         "copies": copies,
         "transfers": len(plan["transfers"]),
-        "dram_bytes_per_input": sum(f["bytes"] for f in fetches if f.get("dram") is not None)
-        / (copies * plan.get("microbatch", 1)),
+        "dram_bytes_per_input": dram_bytes(fetches) / (copies * plan.get("microbatch", 1)),
         "bound_ratio": estimate["ratio_to_bound"],
         "bound_binding": estimate["bound_binding"],
         "compile_s": plan["compile_seconds"]["total"],
