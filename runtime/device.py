@@ -143,8 +143,9 @@ def simulate_workload(
     each streaming cluster gets a DMA engine (a zero-cycle task stream of its own) that runs
     its fetches one after another (a fetch's parts from several controllers in parallel), so
     fetches contend for controllers and links like messages do. A fetch ``"shared"`` by a weight
-    pool's members (the index of its first member's) is issued once, by that member's engine
-    when every member's buffer is free, and sent as one multicast. The
+    pool's members (the index of its first reader's) is issued once, by that reader's engine
+    when every reader's buffer is free, and sent as one transfer over its readers' routes
+    (a ring or a tree). The
     result covers the system's clusters, links, tasks and messages only (fetch tasks, engines
     and controller links are simulated but left out). ``progress(fraction)`` is called as the
     simulation advances; Ctrl-C stops it cleanly.
@@ -195,8 +196,8 @@ def simulate_workload(
         source = [] if fetch.get("dram") is None else [len(links) + fetch["dram"]]
         shared = fetch.get("shared")
         if shared is not None and shared != number:
-            # One fetch for the whole pool: issued by its first member once every member's
-            # buffer is free, multicast to all of them.
+            # One fetch for the whole pool: issued by its first reader once every reader's
+            # buffer is free, sent once to all of them.
             issue = landing[fetches[shared]["task"]] - 1
             if fetch["after"] is not None:
                 sim_messages.append(SimMessage(fetch["after"], issue, 0, []))

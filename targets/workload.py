@@ -39,9 +39,9 @@ cannot hold. Each part of an item (a member's stripe, the DRAM rest) is one fetc
 pool (``"shared"``), issued by the first member that reads it once every reader's buffer is
 free, and sent once to all its readers, as the copies run the same op at about the same time:
 around a ring of them or as a multicast tree, as a fan-out below (a part that can take neither
-is fetched by each reader alone).
-Nothing else stays resident on a member. A group whose SRAM holds several sets keeps several,
-each in a pool of consecutive copies (fewer and shorter fetches).
+is fetched by each reader alone). Nothing else stays resident on a member. A group whose SRAM
+holds several sets keeps several, each in a pool of consecutive copies (fewer and shorter
+fetches).
 
 Microbatches (several inputs per weight fetch)
 ----------------------------------------------
@@ -415,8 +415,7 @@ def build_workload(
                 parts.append((None, lender, share, topology.route(lender, item.cluster)))
             rest = streamed[index] - sum(part[2] for part in parts)
             # A pool's members fetch each part of their j-th streamed item (a member's stripe,
-            # the DRAM rest from the first member's controllers) as one shared fetch, multicast
-            # to all of the members that read it.
+            # the DRAM rest from the first member's controllers) as one shared fetch.
             leader = next(iter(stripes[item.cluster])) if item.cluster in stripes else None
             shares = controller_shares(system, topology, leader if leader is not None
                                        else item.cluster, dram_policy, dram_shares)
@@ -488,11 +487,15 @@ def _share_pool_fetches(fetches: list[dict], system: ChipletSystem, topology: To
             system.drams[first["dram"]].node, src)
         readers = [f["cluster"] for f in group if f["cluster"] != src]
         routes = _shared_routes(topology, system, src, readers, rings)
+        if routes is not None:
+            routes = {c: prefix + route for c, route in routes.items()}
+            if any(len(set(route)) < len(route) for route in routes.values()):
+                routes = None  # the way to the first reader and on from it cross
         for fetch in group:
             if routes is None:
                 fetch["shared"] = None
             elif fetch["cluster"] != src:
-                fetch["route"] = prefix + routes[fetch["cluster"]]
+                fetch["route"] = routes[fetch["cluster"]]
 
 
 def _shared_routes(topology: Topology, system: ChipletSystem, src: int, readers: list[int],
