@@ -34,11 +34,11 @@ def fastest_microbatch(problem: PlanningProblem, placement: Placement, batches: 
     A placement keeps the microbatch its planner chose (1: inputs one by one) when it streams
     no weights, as a larger one only saves fetches. Otherwise the larger microbatches of
     :func:`microbatches` are simulated in increasing size until one costs more than the one
-    before, or its activations do not fit a cluster's
-    SRAM (:class:`~tvm_chiplet.targets.workload.MicrobatchTooLarge`): larger microbatches fetch
-    less often but hold more activations, and fill a pipeline later. A larger microbatch lends
-    no SRAM (:attr:`Placement.sram_loans`, sized for one input at a time, would crowd the
-    lenders' activations); its weights keep the placement's DRAM placement.
+    before, or its activations do not fit a cluster's SRAM
+    (:class:`~tvm_chiplet.targets.workload.MicrobatchTooLarge`): larger microbatches fetch less
+    often but hold more activations, and fill a pipeline later. A larger microbatch lends no
+    SRAM (:attr:`Placement.sram_loans`, sized for one input at a time, would crowd the lenders'
+    activations); its weights keep the placement's DRAM placement.
     ``notes["microbatch_simulated_cycles"]`` gives every size tried and its cycles.
     """
     sim = simulate_placement(problem, placement, batches, network, as_built=as_built)

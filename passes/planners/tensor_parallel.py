@@ -221,8 +221,8 @@ class TensorParallelPlanner:
         pool, what it cannot hold in the nearest controller (the faster on the four standard
         cases and BERT-base on a 16x16 mesh, each simulation of many copies costly). For more
         than one input, in its microbatch or a larger one, whichever simulates fastest
-        (:func:`~.microbatch.fastest_microbatch`); in none when the microbatch its estimate
-        assumed does not fit."""
+        (:func:`~.microbatch.fastest_microbatch`), or inputs one by one when the microbatch its
+        estimate assumed does not fit."""
         nearest = dataclasses.replace(placement, dram_policy="nearest")
         variants = [nearest] if placement.weight_pool else [placement, nearest]
         try:
