@@ -97,9 +97,8 @@ class DeviceSimResult(SimResult):
     parallelism) and ``microbatch`` how many inputs each task runs back to back; then each of
     the ``batches`` rounds runs ``copies * microbatch`` inputs, ``inputs`` is
     ``batches * copies * microbatch`` and ``throughput_per_cycle`` counts inputs, not rounds.
-    ``energy``:
-    the run's energy per inference (:class:`Energy`). ``calibrated``: the ``flow`` network ran
-    with the system's :class:`~tvm_chiplet.targets.system.FlowCalibration`.
+    ``energy``: the run's energy per inference (:class:`Energy`). ``calibrated``: the ``flow``
+    network ran with the system's :class:`~tvm_chiplet.targets.system.FlowCalibration`.
     """
 
     dram_bytes: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
@@ -144,11 +143,10 @@ def simulate_workload(
     its fetches one after another (a fetch's parts from several controllers in parallel), so
     fetches contend for controllers and links like messages do. A fetch ``"shared"`` by a weight
     pool's members (the index of its first reader's) is issued once, by that reader's engine
-    when every reader's buffer is free, and sent as one transfer over its readers' routes
-    (a ring or a tree). The
-    result covers the system's clusters, links, tasks and messages only (fetch tasks, engines
-    and controller links are simulated but left out). ``progress(fraction)`` is called as the
-    simulation advances; Ctrl-C stops it cleanly.
+    when every reader's buffer is free, and sent as one transfer over its readers' routes (a
+    ring or a tree). The result covers the system's clusters, links, tasks and messages only
+    (fetch tasks, engines and controller links are simulated but left out).
+    ``progress(fraction)`` is called as the simulation advances; Ctrl-C stops it cleanly.
 
     With ``routing`` (the artifact's :class:`~tvm_chiplet.targets.routing.RoutingTables`),
     every message between two clusters and every fetch is routed by walking the tables, as the

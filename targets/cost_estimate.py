@@ -37,7 +37,7 @@ import numpy as np
 
 from tvm_chiplet.targets.routing import RoutingTables
 from tvm_chiplet.targets.system import ChipletSystem
-from tvm_chiplet.targets.workload import fetch_source
+from tvm_chiplet.targets.workload import dram_reads, fetch_source
 
 PARTS = ("compute", "intra_op", "inter_op", "contention", "dram")
 
@@ -110,12 +110,12 @@ def estimate_cost(tasks: list[dict], messages: list[dict], fetches: list[dict],
             load[kind][link] += nbytes / bandwidth[link]
             load["all"][link] += nbytes / bandwidth[link]
     dram: dict[int, float] = defaultdict(float)
-    for number, fetch in enumerate(fetches):
+    for fetch in fetches:
         source = fetch_source(fetch, system)
         for link in routing.route(source, fetch["cluster"]):
             load["all"][link] += fetch["bytes"] / bandwidth[link]
-        if fetch.get("dram") is not None and fetch.get("shared") in (None, number):
-            dram[fetch["dram"]] += fetch["bytes"] / dram_rate[fetch["dram"]]
+    for fetch in dram_reads(fetches):
+        dram[fetch["dram"]] += fetch["bytes"] / dram_rate[fetch["dram"]]
     for index in range(len(tasks)):  # tasks are in execution order: producers come first
         arrival[index] = max((finish[src] + delay for src, delay in incoming[index]
                               if src < index), default=0.0)

@@ -338,11 +338,16 @@ def check_loans(items: Sequence[WorkItem], system: ChipletSystem,
     return by_borrower
 
 
+def dram_reads(fetches: Sequence[dict]) -> list[dict]:
+    """The fetches of :func:`build_workload` that read a DRAM controller: a fetch shared by a
+    weight pool's members once (its first)."""
+    return [f for n, f in enumerate(fetches)
+            if f.get("dram") is not None and f.get("shared") in (None, n)]
+
+
 def dram_bytes(fetches: Sequence[dict]) -> int:
-    """Bytes :func:`build_workload`'s ``fetches`` read from DRAM controllers: a fetch shared by a
-    weight pool's members once."""
-    return sum(f["bytes"] for n, f in enumerate(fetches)
-               if f.get("dram") is not None and f.get("shared") in (None, n))
+    """Bytes ``fetches`` read from DRAM controllers (:func:`dram_reads`)."""
+    return sum(f["bytes"] for f in dram_reads(fetches))
 
 
 def fetch_source(fetch: dict, system: ChipletSystem) -> int:

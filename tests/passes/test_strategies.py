@@ -2,12 +2,10 @@
 
 import dataclasses
 
-import numpy as np
 import pytest
-import tvm
-from tvm import relax
 
 import tvm_chiplet
+from tests.tools.test_tvmc_microbatch import gemv_chain
 from tvm_chiplet.passes import ReduceGraph
 from tvm_chiplet.passes.analysis.extract_op_graph import extract_op_graph
 from tvm_chiplet.passes.plan_split_placement import split_problem
@@ -113,22 +111,6 @@ def test_a_weight_pool_needs_copies():
         Placement("single", (0,), (0,), (0,), weight_pool=True)
 
 
-def gemv_chain(layers: int = 4, width: int = 1024) -> tvm.IRModule:
-    """Matrix-vector layers: 4 MB of fp32 weights each, 4 KB of activations."""
-    rng = np.random.default_rng(0)
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((1, width), "float32"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            h = x
-            for _ in range(layers):
-                w = relax.const(rng.normal(size=(width, width)).astype("float32") / 32)
-                h = bb.emit(relax.op.nn.relu(relax.op.matmul(h, w)))
-            out = bb.emit_output(h)
-        bb.emit_func_output(out)
-    return bb.get()
-
-
 def test_auto_runs_inputs_in_microbatches_when_weights_stream_and_builds_what_it_judged():
     # 16 MB of weights on one 2 MB cluster, DRAM-bound: each fetch serving a microbatch of
     # inputs saves nearly all the streaming; the compiled plan simulates as judged.
@@ -147,7 +129,7 @@ def test_auto_runs_inputs_in_microbatches_when_weights_stream_and_builds_what_it
 
 
 def test_a_placement_that_streams_nothing_keeps_one_input_per_fetch():
-    mod = gemv_chain(width=64)  # 16 KB of weights per layer: they fit
+    mod = load_model(gemv_chain(width=64))  # 16 KB of weights per layer: they fit
     problem, _ = split_problem(mod, ReduceGraph()(mod), load_system("mesh-4x4"),
                                simulate_workload)
     placement = SinglePlanner().plan(problem)
