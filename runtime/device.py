@@ -21,7 +21,16 @@ from tvm_chiplet.targets.cost_model import static_energy_pj
 from tvm_chiplet.targets.routing import RoutingTables
 from tvm_chiplet.targets.system import ChipletSystem
 from tvm_chiplet.targets.topology import Topology
-from tvm_chiplet.targets.workload import fetch_source
+from tvm_chiplet.targets.workload import STREAM_BUFFER_FRACTION, fetch_source
+
+STREAM_CHUNKS = 8
+"""Most chunks a task with streamed weights runs as (:func:`simulate_workload`): its weights
+arrive in that many pieces through the double buffer, and it computes on each piece as the next
+one lands."""
+
+STREAM_PIECE_BYTES = 4096
+"""Smallest piece streamed weights are cut into: below it a piece's route latency, paid once
+per piece by the one-transfer-at-a-time DMA engine, outweighs the overlap."""
 
 ENERGY_TERMS = ("compute", "sram", "noc", "nop", "dram", "static")
 """The parts of :attr:`Energy.per_inference_pj`: MACs, SRAM accesses, on-chip and die-to-die
@@ -141,7 +150,13 @@ def simulate_workload(
     lent from another cluster's SRAM, ``dram`` None, takes its route alone), and
     each streaming cluster gets a DMA engine (a zero-cycle task stream of its own) that runs
     its fetches one after another (a fetch's parts from several controllers in parallel), so
-    fetches contend for controllers and links like messages do. A fetch ``"shared"`` by a weight
+    fetches contend for controllers and links like messages do. A task whose streamed weights
+    fill more than half its cluster's stream buffer runs as chunks (:func:`_stream_chunks`),
+    as weight tiles stream through an accelerator's double buffer: its weights arrive in as
+    many pieces, each fetched into the half of the buffer that the chunk two before it on the
+    cluster has freed, and each chunk computes its share of the task once its piece has
+    landed, so the task computes while the rest of its weights arrive. The result reports a
+    task from its first chunk's start to its last chunk's end. A fetch ``"shared"`` by a weight
     pool's members (the index of its first reader's) is issued once, by that reader's engine
     when every reader's buffer is free, and sent as one transfer over its readers' routes (a
     ring or a tree). The result covers the system's clusters, links, tasks and messages only
@@ -164,45 +179,68 @@ def simulate_workload(
         bandwidth = [b * calibration.factor(kind) for b, kind in zip(bandwidth, kinds,
                                                                       strict=True)]
     latency = [link.latency for link in links] + [0.0] * len(system.drams)
-    sim_tasks = [SimTask(t["name"], t["cluster"], float(t["cycles"])) for t in tasks]
     if routing is not None:
         messages, fetches = _routed(tasks, messages, fetches, system, routing, network)
     elif network == "flit":
         messages = _unshared(tasks, messages, system)
+    # Each task runs as its chunks, one after another, each on its piece of the streamed
+    # weights; messages leave its last chunk and enter its first.
+    chunks = _stream_chunks(tasks, fetches, system)
+    sim_tasks, first, last = [], [], []
+    for task, pieces in zip(tasks, chunks, strict=True):
+        first.append(len(sim_tasks))
+        sim_tasks += [SimTask(task["name"], task["cluster"], float(task["cycles"]) / pieces)
+                      for _ in range(pieces)]
+        last.append(len(sim_tasks) - 1)
     sim_messages = [
-        SimMessage(m["src"], m["dst"], int(m["bytes"]), list(m["route"]), m.get("multicast"))
+        SimMessage(_at(last, m["src"]), _at(first, m["dst"]), int(m["bytes"]), list(m["route"]),
+                   m.get("multicast"))
         for m in messages
     ]
     engines: dict[int, int] = {}
-    landing: dict[int, int] = {}  # task index -> its landing task
+    landing: dict[tuple[int, int], int] = {}  # (task index, chunk) -> its landing task
+    freed: dict[tuple[int, int], int | None] = {}  # (task, chunk) -> the task freeing its half
+    streamed: dict[int, list[int]] = {}  # cluster -> its streamed chunks, in order
     for number, fetch in enumerate(fetches):
         engine = engines.setdefault(fetch["cluster"], system.num_clusters + len(engines))
         task = fetch["task"]
-        if task not in landing:
-            # One DMA transfer at a time per cluster: the engine issues a fetch, then waits
-            # for all its parts to land before it issues the next one.
-            issue = len(sim_tasks)
-            sim_tasks.append(SimTask(f"dram:{tasks[task]['name']}", engine, 0.0))
-            sim_tasks.append(SimTask(f"landed:{tasks[task]['name']}", engine, 0.0))
-            landing[task] = issue + 1
-            sim_messages.append(SimMessage(issue + 1, task, 0, []))
-            if fetch["after"] is not None:
-                sim_messages.append(SimMessage(fetch["after"], issue, 0, []))
-        issue = landing[task] - 1
+        if (task, 0) not in landing:
+            order = streamed.setdefault(fetch["cluster"], [])
+            for chunk in range(chunks[task]):
+                # One DMA transfer at a time per cluster: the engine issues a piece, then
+                # waits for all its parts to land before it issues the next one, into the
+                # half of the double buffer that the chunk two before it has freed.
+                issue = len(sim_tasks)
+                sim_tasks.append(SimTask(f"dram:{tasks[task]['name']}", engine, 0.0))
+                sim_tasks.append(SimTask(f"landed:{tasks[task]['name']}", engine, 0.0))
+                landing[task, chunk] = issue + 1
+                sim_messages.append(SimMessage(issue + 1, first[task] + chunk, 0, []))
+                if chunk == 0 and fetch["after"] is None:
+                    free = None  # the workload has its buffer free
+                elif len(order) >= 2:
+                    free = order[-2]
+                else:
+                    free = None if fetch["after"] is None else _at(last, fetch["after"])
+                freed[task, chunk] = free
+                if free is not None:
+                    sim_messages.append(SimMessage(free, issue, 0, []))
+                order.append(first[task] + chunk)
         # A part from DRAM first crosses its controller; a part lent by another cluster's SRAM
         # only crosses the network.
         source = [] if fetch.get("dram") is None else [len(links) + fetch["dram"]]
         shared = fetch.get("shared")
-        if shared is not None and shared != number:
-            # One fetch for the whole pool: issued by its first reader once every reader's
-            # buffer is free, sent once to all of them.
-            issue = landing[fetches[shared]["task"]] - 1
-            if fetch["after"] is not None:
-                sim_messages.append(SimMessage(fetch["after"], issue, 0, []))
-        sim_messages.append(
-            SimMessage(issue, landing[task], fetch["bytes"], [*source, *fetch["route"]],
-                       None if shared is None else -1 - shared)
-        )
+        route = [*source, *fetch["route"]]
+        for chunk, nbytes in enumerate(_pieces(int(fetch["bytes"]), chunks[task])):
+            issue = landing[task, chunk] - 1
+            if shared is not None and shared != number:
+                # One fetch for the whole pool: issued by its first reader once every reader's
+                # buffer is free, sent once to all of them.
+                issue = landing[fetches[shared]["task"], chunk] - 1
+                if freed[task, chunk] is not None:
+                    sim_messages.append(SimMessage(freed[task, chunk], issue, 0, []))
+            sim_messages.append(SimMessage(
+                issue, landing[task, chunk], nbytes, route,
+                None if shared is None else -1 - (shared * STREAM_CHUNKS + chunk)))
     sim = simulate(
         sim_tasks,
         sim_messages,
@@ -213,12 +251,12 @@ def simulate_workload(
         network=network,
         progress=progress,
     )
-    n, t, m, k = system.num_clusters, len(tasks), len(messages), len(links)
+    n, m, k = system.num_clusters, len(messages), len(links)
     fields = {f.name: getattr(sim, f.name) for f in dataclasses.fields(SimResult)}
     fields.update(
-        task_names=sim.task_names[:t],
-        task_start=sim.task_start[:, :t],
-        task_end=sim.task_end[:, :t],
+        task_names=tuple(sim.task_names[i] for i in first),
+        task_start=sim.task_start[:, first],
+        task_end=sim.task_end[:, last],
         message_arrival=sim.message_arrival[:, :m],
         cluster_busy_cycles=sim.cluster_busy_cycles[:n],
         cluster_wait_cycles=sim.cluster_wait_cycles[:n],
@@ -240,6 +278,43 @@ def simulate_workload(
         energy=run_energy(tasks, system, sim, rounds, rounds * per_round, sim.link_bytes[k:]),
         calibrated=calibration is not None,
     )
+
+
+def _stream_chunks(tasks: list[dict], fetches: list[dict], system: ChipletSystem) -> list[int]:
+    """Per task, the chunks it runs as: as many as halves of its cluster's stream buffer its
+    streamed weights fill, at most :data:`STREAM_CHUNKS` and with pieces of at least
+    :data:`STREAM_PIECE_BYTES`; every reader of a shared fetch as few as the fewest of them."""
+    streamed = [0.0] * len(tasks)
+    for fetch in fetches:
+        streamed[fetch["task"]] += fetch["bytes"]
+    chunks = []
+    for task, nbytes in zip(tasks, streamed, strict=True):
+        half = 0.5 * STREAM_BUFFER_FRACTION * system.clusters[task["cluster"]].sram_bytes
+        pieces = min(math.ceil(nbytes / half) if half > 0 else 1, nbytes // STREAM_PIECE_BYTES)
+        chunks.append(int(min(STREAM_CHUNKS, max(1, pieces))))
+    readers = {}  # task -> the first task of the readers sharing its fetches
+    for fetch in fetches:
+        if fetch.get("shared") is not None:
+            lead = fetches[fetch["shared"]]["task"]
+            readers[fetch["task"]] = readers.get(lead, lead)
+    for task, lead in readers.items():
+        chunks[lead] = min(chunks[lead], chunks[task])
+    for task, lead in readers.items():
+        chunks[task] = chunks[lead]
+    return chunks
+
+
+def _pieces(nbytes: int, count: int) -> list[int]:
+    """``nbytes`` cut into ``count`` pieces, the remainder in the last."""
+    return [nbytes // count] * (count - 1) + [nbytes - (count - 1) * (nbytes // count)]
+
+
+def _at(index: list[int], task):
+    """``index[task]``; a task that is not a valid index as is, for the simulator to name."""
+    try:
+        return index[task] if task >= 0 else task
+    except (IndexError, TypeError):
+        return task
 
 
 def _routed(tasks: list[dict], messages: list[dict], fetches: list[dict],

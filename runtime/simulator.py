@@ -435,21 +435,23 @@ def _prepare(
         return f"message {index} ({message.src_task!r} -> {message.dst_task!r})"
 
     num_tasks, num_links = len(tasks), len(bandwidth)
-    for field in ("src_task", "dst_task"):
-        ends = [getattr(message, field) for message in messages]
+    # Every field of every message, read once (a workload has hundreds of thousands).
+    sources, destinations, nbytes, routes = (
+        [list(column) for column in zip(*((m.src_task, m.dst_task, m.nbytes, m.route)
+                                          for m in messages), strict=True)]
+        if messages else ([], [], [], []))
+    for ends in (sources, destinations):
         index = _first_bad_integer(ends, 0, num_tasks)
         if index is not None:
             raise ValueError(
                 f"{label(index)} names task {ends[index]!r}; tasks are numbered 0..{num_tasks - 1}"
             )
-    nbytes = [message.nbytes for message in messages]
     index = _first_bad_integer(nbytes, 0, math.inf)
     if index is not None:
         raise ValueError(
             f"{label(index)} carries {nbytes[index]!r} bytes; expected an integer >= 0"
         )
 
-    routes = [list(message.route) for message in messages]
     route_lengths = np.array([len(route) for route in routes], dtype=np.int64)
     route_offsets = np.concatenate([[0], np.cumsum(route_lengths)]).astype(np.int64)
     links = [link for route in routes for link in route]
@@ -468,7 +470,8 @@ def _prepare(
     if repeated.size:
         index = int(owner[repeated[0]])
         raise ValueError(
-            f"{label(index)} crosses a link twice on route {routes[index]}; routes must be paths"
+            f"{label(index)} crosses a link twice on route {list(routes[index])}; routes must "
+            "be paths"
         )
 
     leaders = _multicast_leaders(messages, label, network)
@@ -476,8 +479,8 @@ def _prepare(
         task_names=names,
         task_cluster=np.array(clusters, dtype=np.int64),
         task_cycles=cycles,
-        message_src=np.array([m.src_task for m in messages], dtype=np.int64),
-        message_dst=np.array([m.dst_task for m in messages], dtype=np.int64),
+        message_src=np.array(sources, dtype=np.int64),
+        message_dst=np.array(destinations, dtype=np.int64),
         message_bytes=np.array(nbytes, dtype=np.float64),
         route_offsets=route_offsets,
         route_links=route_links,
@@ -545,6 +548,8 @@ def _check_acyclic(problem: _Problem) -> None:
     """Raise if the messages form a dependency cycle, naming the tasks on one cycle."""
     if np.all(problem.message_src < problem.message_dst):
         return  # task index order is a topological order
+    if _acyclic(len(problem.task_names), problem.message_src, problem.message_dst):
+        return
     num_tasks = len(problem.task_names)
     src, dst = problem.message_src.tolist(), problem.message_dst.tolist()
     successors: list[list[int]] = [[] for _ in range(num_tasks)]
@@ -576,6 +581,28 @@ def _check_acyclic(problem: _Problem) -> None:
         f"the task graph has a dependency cycle: {names}; messages must form an acyclic graph "
         f"(remove or reverse one of these messages)"
     )
+
+
+def _acyclic(num_tasks: int, src: np.ndarray, dst: np.ndarray) -> bool:
+    """Whether the edges ``src -> dst`` form an acyclic graph: Kahn's algorithm, a level
+    of ready tasks at a time, in numpy (a workload has hundreds of thousands of messages)."""
+    order = np.argsort(src, kind="stable")
+    targets = dst[order]
+    offsets = np.searchsorted(src[order], np.arange(num_tasks + 1))
+    in_degree = np.bincount(dst, minlength=num_tasks)
+    ready, removed = np.flatnonzero(in_degree == 0), 0
+    while ready.size:
+        removed += ready.size
+        counts = offsets[ready + 1] - offsets[ready]
+        total = int(counts.sum())
+        if not total:
+            break
+        # The out-edges of every ready task: positions offsets[t] .. offsets[t + 1] - 1.
+        starts = np.repeat(offsets[ready] - np.cumsum(counts) + counts, counts)
+        reached, hits = np.unique(targets[starts + np.arange(total)], return_counts=True)
+        in_degree[reached] -= hits
+        ready = reached[in_degree[reached] == 0]
+    return removed == num_tasks
 
 
 def _summarise(problem: _Problem, timeline: _Timeline) -> SimResult:

@@ -11,7 +11,9 @@ fills the rest with the weights of as many items as fit (largest first, the orde
 budget best with few items); the room left over pins the same fraction of every other item's
 weight tiles, and the rest of those items' weights are fetched from DRAM for every batch.
 A streamed item's fetch is issued when the streamed item two places before it on the cluster has
-finished (two buffers: one being computed from, one being filled), so fetches overlap compute.
+finished (two buffers: one being computed from, one being filled), so fetches overlap compute;
+the simulator streams a large item's weights through the buffers in pieces, the item computing
+on each as the next lands (:func:`~tvm_chiplet.runtime.device.simulate_workload`).
 Weights are interleaved over every DRAM controller in proportion to its bandwidth, as memory
 systems interleave addresses across channels (``dram_policy="nearest"`` fetches from the nearest
 controller only, ``"balanced"`` in the proportions a planner chose per cluster): each fetch is
@@ -45,14 +47,18 @@ fetches).
 
 Microbatches (several inputs per weight fetch)
 ----------------------------------------------
-With a microbatch of ``g`` inputs (:func:`microbatch_items`), every item runs ``g`` inputs back
-to back on the weights it holds, as accelerators batch to reuse weights: its compute, its
-activation bytes and its messages are ``g`` times one input's, but a streamed weight is fetched
-once per microbatch, not once per input. The microbatch's activations take SRAM that would
-otherwise hold weights: a cluster sets aside ``(g - 1)`` times the largest activation footprint
-(inputs and outputs) of one input of any of its items (:func:`activation_reserve`; one input's
-worth is not charged, as it is not without a microbatch), so fewer weights stay resident. A
-microbatch whose activations do not fit a cluster's SRAM is refused.
+With a microbatch of ``g`` inputs (:func:`microbatch_items`), each item whose weights outweigh
+one input's activations (:func:`reuses_weights`) runs the ``g`` inputs back to back on the
+weights it holds, as accelerators batch to reuse weights: its compute, its activation bytes and
+its messages are ``g`` times one input's, but a streamed weight is fetched once per microbatch,
+not once per input. Its activations for the microbatch take SRAM that would otherwise hold
+weights: a cluster sets aside ``(g - 1)`` times the largest activation footprint (inputs and
+outputs) of one input of any such item (:func:`activation_reserve`; one input's worth is not
+charged, as it is not without a microbatch), so fewer weights stay resident. A microbatch whose
+activations do not fit a cluster's SRAM is refused. The other items (activations outweigh the
+weights: early convolutions, attention's score products) run the inputs one at a time, as a
+schedule that keeps their large activations out of SRAM would: ``g`` times the work of one
+input, and each streamed weight fetched ``g`` times, with no reserve.
 
 Fan-outs: rings and multicast
 -----------------------------
@@ -132,9 +138,16 @@ def replicate_loans(loans: Sequence[tuple[int, int, int]],
                       for clusters in copies for borrower, lender, nbytes in loans)]
 
 
+def reuses_weights(item: WorkItem) -> bool:
+    """Whether a microbatch runs ``item`` on all its inputs per read of its weights: when they
+    are at least one input's activation bytes (module docstring)."""
+    return 0 < item.weight_bytes >= item.bytes_moved - item.weight_bytes
+
+
 def microbatch_items(items: Sequence[WorkItem], microbatch: int) -> list[WorkItem]:
-    """``items`` running ``microbatch`` inputs back to back (module docstring): compute,
-    activation bytes and the bytes read from producers scaled, weights read once."""
+    """``items`` running ``microbatch`` inputs (module docstring): compute, activation bytes
+    and the bytes read from producers scaled; weights read once when the item
+    :func:`reuses_weights`, else once per input."""
     if isinstance(microbatch, bool) or not isinstance(microbatch, int) or microbatch < 1:
         raise ValueError(f"microbatch must be an integer >= 1, found {microbatch!r}")
     if microbatch == 1:
@@ -142,7 +155,8 @@ def microbatch_items(items: Sequence[WorkItem], microbatch: int) -> list[WorkIte
     g = microbatch
     return [
         WorkItem(item.name, item.cluster, item.flops * g,
-                 item.weight_bytes + (item.bytes_moved - item.weight_bytes) * g,
+                 (item.weight_bytes + (item.bytes_moved - item.weight_bytes) * g
+                  if reuses_weights(item) else item.bytes_moved * g),
                  item.weight_bytes, [(producer, nbytes * g) for producer, nbytes in item.deps],
                  item.output_bytes * g)
         for item in items
@@ -152,7 +166,7 @@ def microbatch_items(items: Sequence[WorkItem], microbatch: int) -> list[WorkIte
 def activation_reserve(items: Sequence[WorkItem], system: ChipletSystem,
                        microbatch: int) -> list[float]:
     """Per cluster, the SRAM bytes a microbatch's activations take from its weights (module
-    docstring), for ``items`` of one input each.
+    docstring: the items that :func:`reuses_weights`), for ``items`` of one input each.
 
     Raises
     ------
@@ -162,7 +176,7 @@ def activation_reserve(items: Sequence[WorkItem], system: ChipletSystem,
     reserve = [0.0] * system.num_clusters
     if microbatch == 1:
         return reserve
-    for item in items:
+    for item in filter(reuses_weights, items):
         footprint = (microbatch - 1) * max(item.bytes_moved - item.weight_bytes, 0.0)
         reserve[item.cluster] = max(reserve[item.cluster], footprint)
     for cluster in system.clusters:
@@ -366,8 +380,9 @@ def build_workload(
 
     ``pool``: the groups of clusters that keep one set of their items' weights between them
     (:func:`pool_groups`, module docstring); a pooled cluster fetches the other members'
-    stripes and takes no loans. ``microbatch``: inputs each item runs per weight fetch
-    (module docstring); tasks and messages are then those of the whole microbatch.
+    stripes and takes no loans. ``microbatch``: inputs each item runs per round (module
+    docstring: one weight fetch for all of them where it :func:`reuses_weights`); tasks and
+    messages are then those of the whole microbatch.
 
     Returns
     -------
@@ -387,6 +402,8 @@ def build_workload(
     topology = topology or Topology(system)
     scaled = microbatch_items(items, microbatch)  # checks microbatch
     reserve = activation_reserve(items, system, microbatch)
+    # Fetches of each item's streamed weights per microbatch (module docstring).
+    reads = [1 if reuses_weights(item) else microbatch for item in items]
     items = scaled
     streamed = streamed_bytes(items, system, reserve)
     stripes = pooled_stripes(items, system, pool, reserve)
@@ -429,6 +446,7 @@ def build_workload(
                        topology.route(system.drams[dram_id].node, item.cluster))
                       for (dram_id, _), nbytes in zip(shares, sizes, strict=True)]
             for dram_id, lender, nbytes, route in parts:
+                nbytes *= reads[index]
                 if nbytes > 0:  # they add up to streamed[index] > 0: at least one is
                     shared = None
                     if leader is not None:

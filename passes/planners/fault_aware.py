@@ -14,9 +14,10 @@
     of the placement carries them.
 Then the placement is estimated again (:func:`~tvm_chiplet.targets.cost_estimate.estimate_cost`
 for ``batches`` inputs) and (a) runs again over the order the mapping gives (the mapped
-clusters in stage order, then the idle ones), while the estimate improves. Last, the device
-simulator compares the result with the plain pipeline planner's (copies included) and the
-faster is returned; ``notes["fault_aware"]`` records the rounds.
+clusters in stage order, then the idle ones), while the estimate improves (by at least
+:data:`ROUND_GAIN`). Last, the device simulator compares the result with the plain pipeline
+planner's (copies included) and the faster is returned; ``notes["fault_aware"]`` records the
+rounds.
 
 What is simplified: (a) has no term for the contention a random mapping would cause (the
 patent's); the mapping permutes whole clusters, so a region keeps its shape only when the
@@ -39,6 +40,10 @@ from tvm_chiplet.passes.planners.placement import OpSplit, Placement, PlanningEr
 from tvm_chiplet.targets.cost_estimate import estimate_cost
 from tvm_chiplet.targets.routing import routing_tables
 from tvm_chiplet.targets.workload import fetch_source
+
+ROUND_GAIN = 0.01
+"""Another partition-and-map round runs only after a round that improved the estimate by at
+least this fraction (BERT-base on a 16x16 mesh: a second round gained 0.01 %, a third none)."""
 
 
 class FaultAwarePlanner:
@@ -84,7 +89,10 @@ class FaultAwarePlanner:
                             "hop_bytes_before": before[1], "hop_bytes_after": after[1]})
             if cycles >= best_cycles:
                 break
+            small_gain = cycles > (1 - ROUND_GAIN) * best_cycles
             best, best_cycles = mapped, cycles
+            if small_gain:  # another round would map the same partition again
+                break
             used = list(dict.fromkeys(c for c in mapped.stage_clusters))
             used += [c for c in mapped.clusters_used() if c not in used]
             order = used + [c for c in problem.topology.cluster_order() if c not in set(used)]

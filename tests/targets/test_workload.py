@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from tvm_chiplet.runtime.device import simulate_workload
+from tvm_chiplet.runtime.device import STREAM_CHUNKS, simulate_workload
 from tvm_chiplet.targets.system_generators import mesh_system
 from tvm_chiplet.targets.topology import Topology
 from tvm_chiplet.targets.workload import (
@@ -12,6 +12,7 @@ from tvm_chiplet.targets.workload import (
     microbatch_items,
     pool_groups,
     replicate_items,
+    reuses_weights,
     streamed_bytes,
 )
 
@@ -35,22 +36,36 @@ def test_clusters_whose_weights_overflow_sram_fetch_them_from_dram():
     # Two weight buffers: both fetches may be issued at once; the DMA engine runs them in turn.
     assert [f["after"] for f in fetches] == [None, None]
     sim = simulate_workload(tasks, [], system, network="analytical", fetches=fetches)
+    # The weights arrive in STREAM_CHUNKS pieces (they fill far more than the buffer's halves
+    # of 128 B): an item starts as its first piece lands and ends on its last.
     fetch = (WEIGHTS - 384) / 64.0
-    assert sim.task_start[0, 0] == pytest.approx(fetch)
-    assert sim.task_start[0, 1] == pytest.approx(2 * fetch)
+    assert sim.task_start[0, 0] == pytest.approx(fetch / STREAM_CHUNKS)
+    assert sim.task_end[0, 0] == pytest.approx(fetch + tasks[0]["cycles"] / STREAM_CHUNKS)
+    assert sim.task_start[0, 1] == pytest.approx(fetch + fetch / STREAM_CHUNKS)
 
 
-def test_third_streamed_fetch_waits_for_the_first_item_to_free_its_buffer():
+def test_a_streamed_item_computes_on_each_piece_of_its_weights_as_the_next_lands():
+    # 8 pieces of 124 cycles, 8 chunks of 1.25 M cycles: the fetch hides behind the compute
+    # but for the first piece.
     system = streaming_system()
-    # "a" computes long enough for the DMA to idle: c's fetch still waits for a's buffer.
+    tasks, _, _, fetches = build_workload([WorkItem("a", 0, 2e7, 8.0, WEIGHTS)], system)
+    sim = simulate_workload(tasks, [], system, network="flow", fetches=fetches)
+    piece = fetches[0]["bytes"] / 64.0 / STREAM_CHUNKS
+    assert sim.task_end[0, 0] == pytest.approx(piece + tasks[0]["cycles"], rel=1e-6)
+
+
+def test_a_piece_waits_for_the_chunk_two_before_it_to_free_its_half_of_the_buffer():
+    system = streaming_system()
+    # "a" computes long enough for the DMA to idle, "b" and "c" hardly at all: c's first
+    # piece goes into the half b's next-to-last chunk holds, which runs after all of a.
     items = [WorkItem("a", 0, 1e7, 8.0, WEIGHTS), WorkItem("b", 0, 2.0, 8.0, WEIGHTS),
              WorkItem("c", 0, 2.0, 8.0, WEIGHTS)]
     tasks, _, _, fetches = build_workload(items, system)
     assert [f["after"] for f in fetches] == [None, None, 0]
     sim = simulate_workload(tasks, [], system, network="flow", fetches=fetches)
-    fetch = fetches[2]["bytes"] / 64.0
-    assert tasks[0]["cycles"] > 2 * fetch
-    assert sim.task_start[0, 2] == pytest.approx(sim.task_end[0, 0] + fetch, rel=1e-6)
+    piece = fetches[2]["bytes"] / 64.0 / STREAM_CHUNKS
+    assert tasks[0]["cycles"] > 2 * STREAM_CHUNKS * piece
+    assert sim.task_start[0, 2] >= sim.task_end[0, 0] + piece - 1e-6
 
 
 def test_a_cluster_keeps_what_fits_resident_and_streams_the_rest():
@@ -90,9 +105,11 @@ def test_two_clusters_streaming_from_one_controller_share_its_bandwidth():
     analytical = simulate_workload(tasks, messages, system, network="analytical",
                                    fetches=fetches)
     fetch = (WEIGHTS - 768) / 64.0  # each cluster pins 768 B of its one item
-    assert alone.task_start[0, 0] == pytest.approx(fetch)
-    assert shared.task_start[0, 0] == pytest.approx(2 * fetch, rel=0.01)
-    assert analytical.task_start[0, 0] == pytest.approx(fetch, rel=0.01)
+    # When the last of its STREAM_CHUNKS pieces landed:
+    last = tasks[0]["cycles"] / STREAM_CHUNKS
+    assert alone.task_end[0, 0] - last == pytest.approx(fetch)
+    assert shared.task_end[0, 0] - last == pytest.approx(2 * fetch, rel=0.01)
+    assert analytical.task_end[0, 0] - last == pytest.approx(fetch, rel=0.01)
     assert len(shared.link_bytes) == len(system.links)
     assert len(shared.cluster_busy_cycles) == system.num_clusters
 
@@ -278,11 +295,12 @@ def test_a_microbatch_scales_compute_activations_and_messages_but_reads_weights_
 
 def test_a_microbatch_fetches_streamed_weights_once_for_all_its_inputs():
     # 4 inputs per fetch: their activations (3 x 40 B beyond the first input's) come out of
-    # the SRAM for weights, so 1024 - 120 B, less the stream buffer, stays resident.
+    # the SRAM for weights, so 1024 - 120 B, less the stream buffer, stays resident. "b" has
+    # no weights to reuse: it runs the inputs one at a time and reserves nothing.
     system = streaming_system()
     items = [WorkItem("a", 0, 2.0, WEIGHTS + 40.0, WEIGHTS),
              WorkItem("b", 1, 2.0, 8.0, 0.0, [(0, 8)])]
-    assert activation_reserve(items, system, 4) == [120.0, 24.0]
+    assert activation_reserve(items, system, 4) == [120.0, 0.0]
     tasks, messages, _, fetches = build_workload(items, system, microbatch=4)
     one_tasks, one_messages, _, one_fetches = build_workload(items, system)
     assert [f["bytes"] for f in fetches] == [WEIGHTS - int(0.75 * (1024 - 120))]
@@ -299,11 +317,32 @@ def test_a_microbatch_fetches_streamed_weights_once_for_all_its_inputs():
 
 
 def test_a_microbatch_whose_activations_do_not_fit_a_cluster_is_refused():
-    items = [WorkItem("a", 0, 2.0, 8.0, WEIGHTS), WorkItem("big", 1, 2.0, 600.0, 0.0)]
+    items = [WorkItem("a", 0, 2.0, 8.0, WEIGHTS), WorkItem("big", 1, 2.0, 1300.0, 700.0)]
     with pytest.raises(MicrobatchTooLarge, match="a microbatch of 3 inputs needs 1200 B of "
                                                  "SRAM for activations on cluster 1, which "
                                                  "has 1024 B"):
         build_workload(items, streaming_system(), microbatch=3)
+
+
+def test_an_item_whose_activations_outweigh_its_weights_runs_a_microbatch_input_by_input():
+    # "early" reads 9 times its weights in activations per input (an early convolution): a
+    # microbatch of 3 runs it three times, fetching its weights each time, and reserves no
+    # SRAM for its activations; "late" (weights 100x its activations) reuses one fetch.
+    system = mesh_system(1, 1, bandwidth=1000.0, latency=1.0, sram_bytes=4096,
+                         dram_bandwidth=64.0, dram_at=((0, 0),))
+    early = WorkItem("early", 0, 2.0, 200_000.0, 20_000.0)
+    late = WorkItem("late", 0, 2.0, 202_000.0, 200_000.0, [(0, 100)])
+    assert [reuses_weights(item) for item in (early, late)] == [False, True]
+    a, b = microbatch_items([early, late], 3)
+    assert (a.bytes_moved, b.bytes_moved) == (3 * 200_000.0, 200_000.0 + 3 * 2000.0)
+    assert activation_reserve([early, late], system, 3) == [2 * 2000.0]
+    _, _, _, fetches = build_workload([early, late], system, microbatch=3)
+    resident = 0.75 * 4096  # at most: the SRAM less the stream buffer
+    assert 3 * (20_000 - resident) <= fetches[0]["bytes"] <= 3 * 20_000
+    assert 200_000 - resident <= fetches[1]["bytes"] <= 200_000
+    # Items with 9x more activation than weights: a microbatch that would need 1.6 MB of
+    # SRAM for theirs runs, as they reserve none.
+    assert build_workload([early, early], system, microbatch=9)[0][0]["cycles"] > 0
 
 
 def test_a_whole_output_read_on_several_clusters_is_one_multicast():
