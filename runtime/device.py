@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from tvm_chiplet.runtime.simulator import SimMessage, SimResult, SimTask, simulate
+from tvm_chiplet.runtime.simulator import MessageColumns, SimResult, SimTask, simulate
 from tvm_chiplet.targets.cost_model import static_energy_pj
 from tvm_chiplet.targets.routing import RoutingTables
 from tvm_chiplet.targets.system import ChipletSystem
@@ -192,11 +192,10 @@ def simulate_workload(
         sim_tasks += [SimTask(task["name"], task["cluster"], float(task["cycles"]) / pieces)
                       for _ in range(pieces)]
         last.append(len(sim_tasks) - 1)
-    sim_messages = [
-        SimMessage(_at(last, m["src"]), _at(first, m["dst"]), int(m["bytes"]), list(m["route"]),
-                   m.get("multicast"))
-        for m in messages
-    ]
+    sim_messages = MessageColumns()
+    for m in messages:
+        sim_messages.append(_at(last, m["src"]), _at(first, m["dst"]), int(m["bytes"]),
+                            m["route"], m.get("multicast"))
     engines: dict[int, int] = {}
     landing: dict[tuple[int, int], int] = {}  # (task index, chunk) -> its landing task
     freed: dict[tuple[int, int], int | None] = {}  # (task, chunk) -> the task freeing its half
@@ -214,7 +213,7 @@ def simulate_workload(
                 sim_tasks.append(SimTask(f"dram:{tasks[task]['name']}", engine, 0.0))
                 sim_tasks.append(SimTask(f"landed:{tasks[task]['name']}", engine, 0.0))
                 landing[task, chunk] = issue + 1
-                sim_messages.append(SimMessage(issue + 1, first[task] + chunk, 0, []))
+                sim_messages.append(issue + 1, first[task] + chunk, 0)
                 if chunk == 0 and fetch["after"] is None:
                     free = None  # the workload has its buffer free
                 elif len(order) >= 2:
@@ -223,7 +222,7 @@ def simulate_workload(
                     free = None if fetch["after"] is None else _at(last, fetch["after"])
                 freed[task, chunk] = free
                 if free is not None:
-                    sim_messages.append(SimMessage(free, issue, 0, []))
+                    sim_messages.append(free, issue, 0)
                 order.append(first[task] + chunk)
         # A part from DRAM first crosses its controller; a part lent by another cluster's SRAM
         # only crosses the network.
@@ -237,10 +236,10 @@ def simulate_workload(
                 # buffer is free, sent once to all of them.
                 issue = landing[fetches[shared]["task"], chunk] - 1
                 if freed[task, chunk] is not None:
-                    sim_messages.append(SimMessage(freed[task, chunk], issue, 0, []))
-            sim_messages.append(SimMessage(
+                    sim_messages.append(freed[task, chunk], issue, 0)
+            sim_messages.append(
                 issue, landing[task, chunk], nbytes, route,
-                None if shared is None else -1 - (shared * STREAM_CHUNKS + chunk)))
+                None if shared is None else -1 - (shared * STREAM_CHUNKS + chunk))
     sim = simulate(
         sim_tasks,
         sim_messages,

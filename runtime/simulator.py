@@ -123,6 +123,33 @@ class SimMessage:
     multicast: int | None = None
 
 
+class MessageColumns:
+    """Messages as columns, one list per field of :class:`SimMessage`: what :func:`simulate`
+    also takes, without an object per message (a device workload has millions)."""
+
+    def __init__(self) -> None:
+        self.src_task: list[int] = []
+        self.dst_task: list[int] = []
+        self.nbytes: list[int] = []
+        self.route: list[Sequence[int]] = []
+        self.multicast: list = []
+
+    def append(self, src_task: int, dst_task: int, nbytes: int, route: Sequence[int] = (),
+               multicast=None) -> None:
+        self.src_task.append(src_task)
+        self.dst_task.append(dst_task)
+        self.nbytes.append(nbytes)
+        self.route.append(route)
+        self.multicast.append(multicast)
+
+    def __len__(self) -> int:
+        return len(self.src_task)
+
+    def __getitem__(self, index: int) -> SimMessage:
+        return SimMessage(self.src_task[index], self.dst_task[index], self.nbytes[index],
+                          self.route[index], self.multicast[index])
+
+
 class SimulationStalledError(RuntimeError):
     """Raised when tasks remain that can never start (they wait on each other)."""
 
@@ -200,7 +227,7 @@ class SimResult:
 
 def simulate(
     tasks: Sequence[SimTask],
-    messages: Sequence[SimMessage],
+    messages: Sequence[SimMessage] | MessageColumns,
     link_bandwidth: Sequence[float] | np.ndarray,
     link_latency: Sequence[float] | np.ndarray,
     num_clusters: int,
@@ -222,7 +249,7 @@ def simulate(
     tasks : Sequence[SimTask]
         The tasks; each cluster runs its tasks in list order. Without tasks (a model with no
         compute op) nothing runs: zero cycles, zero utilisation, infinite throughput.
-    messages : Sequence[SimMessage]
+    messages : Sequence[SimMessage] or MessageColumns
         Dependencies with their payloads and routes; they must form an acyclic graph.
     link_bandwidth : array-like of float
         Bytes per cycle of every link, indexed by link id (> 0).
@@ -395,7 +422,7 @@ def _first_bad_integer(values: list, low: int, high: float) -> int | None:
 
 def _prepare(
     tasks: Sequence[SimTask],
-    messages: Sequence[SimMessage],
+    messages: Sequence[SimMessage] | MessageColumns,
     link_bandwidth: Sequence[float] | np.ndarray,
     link_latency: Sequence[float] | np.ndarray,
     num_clusters: int,
@@ -436,10 +463,15 @@ def _prepare(
 
     num_tasks, num_links = len(tasks), len(bandwidth)
     # Every field of every message, read once (a workload has hundreds of thousands).
-    sources, destinations, nbytes, routes = (
-        [list(column) for column in zip(*((m.src_task, m.dst_task, m.nbytes, m.route)
-                                          for m in messages), strict=True)]
-        if messages else ([], [], [], []))
+    if isinstance(messages, MessageColumns):
+        sources, destinations, nbytes, routes, multicasts = (
+            messages.src_task, messages.dst_task, messages.nbytes, messages.route,
+            messages.multicast)
+    else:
+        sources, destinations, nbytes, routes, multicasts = (
+            [list(column) for column in zip(*((m.src_task, m.dst_task, m.nbytes, m.route,
+                                               m.multicast) for m in messages), strict=True)]
+            if messages else ([], [], [], [], []))
     for ends in (sources, destinations):
         index = _first_bad_integer(ends, 0, num_tasks)
         if index is not None:
@@ -474,7 +506,7 @@ def _prepare(
             "be paths"
         )
 
-    leaders = _multicast_leaders(messages, label, network)
+    leaders = _multicast_leaders(sources, nbytes, multicasts, label, network)
     problem = _Problem(
         task_names=names,
         task_cluster=np.array(clusters, dtype=np.int64),
@@ -495,26 +527,30 @@ def _prepare(
     return problem
 
 
-def _multicast_leaders(messages: Sequence[SimMessage], label, network: str) -> np.ndarray:
+def _multicast_leaders(sources: list, nbytes: list, multicasts: list, label,
+                       network: str) -> np.ndarray:
     """Per message, the first message of its multicast (itself when unicast, and always with
     the ``flit`` network, whose routers do not replicate packets)."""
-    leaders = np.arange(len(messages), dtype=np.int64)
+    leaders = np.arange(len(sources), dtype=np.int64)
     if network == "flit":
         return leaders
     first: dict = {}
-    for index, message in enumerate(messages):
-        if message.multicast is None:
-            continue
-        lead = first.setdefault(message.multicast, index)
-        leader = messages[lead]
-        if (message.src_task, message.nbytes) != (leader.src_task, leader.nbytes):
+    members = [index for index, multicast in enumerate(multicasts) if multicast is not None]
+    for index in members:
+        leaders[index] = first.setdefault(multicasts[index], index)
+    if members:
+        members = np.array(members)
+        lead = leaders[members]
+        sent, size = np.asarray(sources), np.asarray(nbytes)
+        bad = np.flatnonzero((sent[members] != sent[lead]) | (size[members] != size[lead]))
+        if bad.size:
+            index, lead = int(members[bad[0]]), int(lead[bad[0]])
             raise ValueError(
-                f"{label(index)} is in multicast {message.multicast!r} with {label(lead)}, but "
-                f"carries {message.nbytes} B from task {message.src_task} against "
-                f"{leader.nbytes} B from task {leader.src_task}; a multicast sends the same bytes "
+                f"{label(index)} is in multicast {multicasts[index]!r} with {label(lead)}, but "
+                f"carries {nbytes[index]} B from task {sources[index]} against "
+                f"{nbytes[lead]} B from task {sources[lead]}; a multicast sends the same bytes "
                 f"from one task"
             )
-        leaders[index] = lead
     return leaders
 
 
