@@ -148,6 +148,20 @@ def test_copies_are_planned_with_and_without_a_weight_pool_and_each_family_is_ju
         plan.notes["dram_placement_simulated_cycles"][plan.notes["dram_placement"]])
 
 
+def test_a_family_estimated_far_behind_the_best_estimate_is_not_judged(monkeypatch):
+    # The case above judges both families; with no slack across them, only the family of the
+    # best estimate is.
+    monkeypatch.setattr(tensor_parallel, "JUDGED_ACROSS", 1.0)
+    system = mesh_system(4, 4, bandwidth=16.0, sram_bytes=256_000)
+    base = PlanningProblem(CHAIN, system, Topology(system), DIMS, simulator=simulate_workload)
+    p = dataclasses.replace(base, realise=lambda placement: (base.graph, placement))
+    plan = TensorParallelPlanner(batches=64).plan(p)
+    estimates = plan.notes["estimated_cycles"]
+    judged = plan.notes["simulated_cycles"]
+    assert judged and all(estimates[key] == min(estimates.values()) for key in judged)
+    assert len({"pooled" in key for key in judged}) == 1
+
+
 def test_layouts_can_be_limited_to_some_kinds_and_unknown_kinds_are_refused():
     planner = TensorParallelPlanner(batches=64, layouts=("stages",))
     keys = [layout[0] for layout in planner._layouts(problem(16))]
@@ -204,6 +218,7 @@ def test_only_plans_realising_to_no_more_messages_than_the_best_estimate_or_the_
     monkeypatch.setattr(tensor_parallel, "JUDGED_MESSAGES", budget)
     monkeypatch.setattr(tensor_parallel, "JUDGED", 99)
     monkeypatch.setattr(tensor_parallel, "JUDGED_WITHIN", float("inf"))
+    monkeypatch.setattr(tensor_parallel, "JUDGED_ACROSS", float("inf"))
     base = problem(8)
     p = dataclasses.replace(base, realise=lambda placement: (base.graph, placement))
     found = {}
