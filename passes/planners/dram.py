@@ -161,8 +161,8 @@ def fastest_dram(problem: PlanningProblem, placement: Placement, batches: int,
     SRAM loans are tried)."""
     # Every candidate starts from the placement's work alone, wherever its weights were.
     pooled = placement.weight_pool
-    placement = dataclasses.replace(placement, dram_policy="interleave", dram_shares=(),
-                                    sram_loans=(), weight_pool=False)
+    placement = dataclasses.replace(placement.without_loans(), dram_policy="interleave",
+                                    dram_shares=(), weight_pool=False)
     candidates = {}
     if not pooled:
         balanced = balance_dram(problem, placement)

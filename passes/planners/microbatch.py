@@ -47,7 +47,7 @@ def fastest_microbatch(problem: PlanningProblem, placement: Placement, batches: 
         return placement, sim
     best, tried = (cost(sim), placement, sim), {placement.microbatch: float(sim.total_cycles)}
     for size in sizes:
-        candidate = dataclasses.replace(placement, microbatch=size, sram_loans=())
+        candidate = dataclasses.replace(placement.without_loans(), microbatch=size)
         try:
             sim = simulate_placement(problem, candidate, batches, network, as_built=as_built)
         except MicrobatchTooLarge:

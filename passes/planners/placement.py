@@ -186,6 +186,16 @@ class Placement:
             return []
         return pool_groups(self.clusters_used(), self.copy_maps)
 
+    def without_loans(self) -> Placement:
+        """This placement lending no SRAM (:attr:`sram_loans` empty), its copies mapping only the
+        clusters it still uses (a lender of nothing else drops out of every copy)."""
+        if not self.sram_loans:
+            return self
+        bare = replace(self, sram_loans=(), replicas=())
+        used = set(bare.clusters_used())
+        return replace(bare, replicas=tuple(
+            tuple(pair for pair in mapping if pair[0] in used) for mapping in self.replicas))
+
     def clusters_used(self) -> list[int]:
         """The clusters the placement's ops and split parts run on, and the clusters lending
         them SRAM (one copy), sorted."""

@@ -5,7 +5,9 @@ import pytest
 
 from tests.passes.test_ilp_planner import make_graph
 from tvm_chiplet.passes.planners.base import PlanningProblem
+from tvm_chiplet.passes.planners.dram import fastest_dram
 from tvm_chiplet.passes.planners.evaluate import placement_items, simulate_placement
+from tvm_chiplet.passes.planners.microbatch import fastest_microbatch
 from tvm_chiplet.passes.planners.pipeline_planner import PipelinePlanner
 from tvm_chiplet.passes.planners.placement import Placement, PlanningError
 from tvm_chiplet.runtime.device import simulate_workload
@@ -134,3 +136,20 @@ def test_max_stages_turns_copies_off():
     assert PipelinePlanner(batches=8, max_stages=2).plan(problem).copies == 1
     assert np.isfinite(simulate_placement(problem, PipelinePlanner(batches=8).plan(problem),
                                           1).total_cycles)
+
+
+def test_copies_that_borrow_sram_try_microbatches_and_dram_placements_without_their_lenders():
+    # Each copy streams its op's weights and borrows from a neighbour: copy 0 runs on cluster
+    # 0 and borrows from 1, its copy runs on 2 and borrows from 3. Without the loans the
+    # lenders drop out of the copies.
+    problem = problem_on(make_graph([(2e6, 64, 100_000)], []), sram_bytes=8192)
+    placement = Placement("pipeline", (0,), (0,), (0,), replicas=(((0, 2), (1, 3)),),
+                          sram_loans=((0, 1, 4096),))
+    bare = placement.without_loans()
+    assert bare.sram_loans == () and bare.replicas == (((0, 2),),) and bare.copies == 2
+    assert bare.without_loans() is bare
+    chosen, _ = fastest_microbatch(problem, placement, 4, lambda sim: sim.total_cycles)
+    assert set(chosen.notes["microbatch_simulated_cycles"]) == {1, 2}
+    assert chosen.microbatch == 1 or chosen.sram_loans == ()
+    placed, _ = fastest_dram(problem, placement, 4)
+    assert placed.copies == 2
