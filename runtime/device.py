@@ -199,6 +199,7 @@ def simulate_workload(
     engines: dict[int, int] = {}
     landing: dict[tuple[int, int], int] = {}  # (task index, chunk) -> its landing task
     freed: dict[tuple[int, int], int | None] = {}  # (task, chunk) -> the task freeing its half
+    gated: set[tuple[int, int, int]] = set()  # (task, chunk, issue) whose buffer gates an issue
     streamed: dict[int, list[int]] = {}  # cluster -> its streamed chunks, in order
     for number, fetch in enumerate(fetches):
         engine = engines.setdefault(fetch["cluster"], system.num_clusters + len(engines))
@@ -214,12 +215,9 @@ def simulate_workload(
                 sim_tasks.append(SimTask(f"landed:{tasks[task]['name']}", engine, 0.0))
                 landing[task, chunk] = issue + 1
                 sim_messages.append(issue + 1, first[task] + chunk, 0)
-                if chunk == 0 and fetch["after"] is None:
-                    free = None  # the workload has its buffer free
-                elif len(order) >= 2:
-                    free = order[-2]
-                else:
-                    free = None if fetch["after"] is None else _at(last, fetch["after"])
+                # (A first piece whose fetch has no "after" has its buffer free.)
+                free = order[-2] if len(order) >= 2 and (
+                    chunk or fetch["after"] is not None) else None
                 freed[task, chunk] = free
                 if free is not None:
                     sim_messages.append(free, issue, 0)
@@ -235,7 +233,8 @@ def simulate_workload(
                 # One fetch for the whole pool: issued by its first reader once every reader's
                 # buffer is free, sent once to all of them.
                 issue = landing[fetches[shared]["task"], chunk] - 1
-                if freed[task, chunk] is not None:
+                if freed[task, chunk] is not None and (task, chunk, issue) not in gated:
+                    gated.add((task, chunk, issue))  # once for all the parts it reads
                     sim_messages.append(freed[task, chunk], issue, 0)
             sim_messages.append(
                 issue, landing[task, chunk], nbytes, route,

@@ -142,6 +142,15 @@ class MessageColumns:
         self.route.append(route)
         self.multicast.append(multicast)
 
+    @classmethod
+    def of(cls, messages: Sequence[SimMessage]) -> MessageColumns:
+        """``messages`` as columns."""
+        columns = cls()
+        for message in messages:
+            columns.append(message.src_task, message.dst_task, message.nbytes, message.route,
+                           message.multicast)
+        return columns
+
     def __len__(self) -> int:
         return len(self.src_task)
 
@@ -463,15 +472,11 @@ def _prepare(
 
     num_tasks, num_links = len(tasks), len(bandwidth)
     # Every field of every message, read once (a workload has hundreds of thousands).
-    if isinstance(messages, MessageColumns):
-        sources, destinations, nbytes, routes, multicasts = (
-            messages.src_task, messages.dst_task, messages.nbytes, messages.route,
-            messages.multicast)
-    else:
-        sources, destinations, nbytes, routes, multicasts = (
-            [list(column) for column in zip(*((m.src_task, m.dst_task, m.nbytes, m.route,
-                                               m.multicast) for m in messages), strict=True)]
-            if messages else ([], [], [], [], []))
+    if not isinstance(messages, MessageColumns):
+        messages = MessageColumns.of(messages)
+    sources, destinations, nbytes, routes, multicasts = (
+        messages.src_task, messages.dst_task, messages.nbytes, messages.route,
+        messages.multicast)
     for ends in (sources, destinations):
         index = _first_bad_integer(ends, 0, num_tasks)
         if index is not None:

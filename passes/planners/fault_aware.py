@@ -91,7 +91,7 @@ class FaultAwarePlanner:
                 break
             small_gain = cycles > (1 - ROUND_GAIN) * best_cycles
             best, best_cycles = mapped, cycles
-            if small_gain:  # another round would map the same partition again
+            if small_gain:  # the rounds have converged
                 break
             used = list(dict.fromkeys(c for c in mapped.stage_clusters))
             used += [c for c in mapped.clusters_used() if c not in used]

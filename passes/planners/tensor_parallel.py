@@ -188,12 +188,12 @@ class TensorParallelPlanner:
             # The estimate is rough (no contention beyond a collective's own messages, DRAM as
             # one pool): the best few are realised and simulated as built. (Simulated before
             # realisation, split ops are costed through one hub, which misjudges these plans.)
-            close = []
+            close, fastest = [], min(tried.values())
             families = _families(sorted(tried, key=tried.get), pooled.get)
             for family in families:
                 close += [key for key in family[:max(1, JUDGED // len(families))]
                           if tried[key] <= JUDGED_WITHIN * tried[family[0]]
-                          and tried[key] <= JUDGED_ACROSS * min(tried.values())]
+                          and tried[key] <= JUDGED_ACROSS * fastest]
             # Realising takes time in proportion to a plan's messages, and the best estimate's
             # plan is realised anyway: another is judged only if it realises no larger, or
             # small enough to realise in seconds.
