@@ -47,18 +47,20 @@ fetches).
 
 Microbatches (several inputs per weight fetch)
 ----------------------------------------------
-With a microbatch of ``g`` inputs (:func:`microbatch_items`), each item whose weights outweigh
-one input's activations (:func:`reuses_weights`) runs the ``g`` inputs back to back on the
-weights it holds, as accelerators batch to reuse weights: its compute, its activation bytes and
-its messages are ``g`` times one input's, but a streamed weight is fetched once per microbatch,
-not once per input. Its activations for the microbatch take SRAM that would otherwise hold
-weights: a cluster sets aside ``(g - 1)`` times the largest activation footprint (inputs and
-outputs) of one input of any such item (:func:`activation_reserve`; one input's worth is not
-charged, as it is not without a microbatch), so fewer weights stay resident. A microbatch whose
-activations do not fit a cluster's SRAM is refused. The other items (activations outweigh the
-weights: early convolutions, attention's score products) run the inputs one at a time, as a
-schedule that keeps their large activations out of SRAM would: ``g`` times the work of one
-input, and each streamed weight fetched ``g`` times, with no reserve.
+With a microbatch of ``g`` inputs (:func:`microbatch_items`), each item that batches
+(:func:`batched`: its weights outweigh one input's activations, :func:`reuses_weights`, and
+``g - 1`` more inputs' activations fit :data:`BATCH_ROOM` of its cluster's SRAM) runs the ``g``
+inputs back to back on the weights it holds, as accelerators batch to reuse weights: its
+compute, its activation bytes and its messages are ``g`` times one input's, but a streamed
+weight is fetched once per microbatch, not once per input. Its activations for the microbatch
+take SRAM that would otherwise hold weights: a cluster sets aside ``(g - 1)`` times the largest
+activation footprint (inputs and outputs) of one input of any item that batches on it
+(:func:`activation_reserve`; one input's worth is not charged, as it is not without a
+microbatch), so fewer weights stay resident. The other items (activations outweigh the weights:
+early convolutions, attention's score products; or the microbatch's activations would crowd
+out the weights: a language model's head, whose logits per input fill a chiplet) run the inputs
+one at a time, as a schedule that keeps their large activations out of SRAM would: ``g`` times
+the work of one input, and each streamed weight fetched ``g`` times, with no reserve.
 
 Fan-outs: rings and multicast
 -----------------------------
@@ -92,8 +94,9 @@ STREAM_BUFFER_FRACTION = 0.25
 DRAM_POLICIES = ("interleave", "nearest", "balanced")
 
 
-class MicrobatchTooLarge(ValueError):
-    """A microbatch's activations do not fit a cluster's SRAM (:func:`activation_reserve`)."""
+BATCH_ROOM = 1.0 - STREAM_BUFFER_FRACTION
+"""Share of a cluster's SRAM that a microbatch's activations (beyond one input's) may take from
+the weights of an item that batches (:func:`batched`): all but the stream buffer."""
 
 
 @dataclass(frozen=True)
@@ -144,10 +147,23 @@ def reuses_weights(item: WorkItem) -> bool:
     return 0 < item.weight_bytes >= item.bytes_moved - item.weight_bytes
 
 
-def microbatch_items(items: Sequence[WorkItem], microbatch: int) -> list[WorkItem]:
+def batched(items: Sequence[WorkItem], system: ChipletSystem, microbatch: int) -> list[bool]:
+    """Per item of one input, whether a microbatch of ``microbatch`` runs all its inputs per read
+    of the item's weights (module docstring): it :func:`reuses_weights` and the other inputs'
+    activations fit :data:`BATCH_ROOM` of its cluster's SRAM. None batches for ``1``."""
+    if microbatch == 1:
+        return [False] * len(items)
+    room = [BATCH_ROOM * c.sram_bytes for c in system.clusters]
+    return [reuses_weights(item)
+            and (microbatch - 1) * (item.bytes_moved - item.weight_bytes) <= room[item.cluster]
+            for item in items]
+
+
+def microbatch_items(items: Sequence[WorkItem], system: ChipletSystem,
+                     microbatch: int) -> list[WorkItem]:
     """``items`` running ``microbatch`` inputs (module docstring): compute, activation bytes
-    and the bytes read from producers scaled; weights read once when the item
-    :func:`reuses_weights`, else once per input."""
+    and the bytes read from producers scaled; weights read once when the item is
+    :func:`batched`, else once per input."""
     if isinstance(microbatch, bool) or not isinstance(microbatch, int) or microbatch < 1:
         raise ValueError(f"microbatch must be an integer >= 1, found {microbatch!r}")
     if microbatch == 1:
@@ -156,36 +172,23 @@ def microbatch_items(items: Sequence[WorkItem], microbatch: int) -> list[WorkIte
     return [
         WorkItem(item.name, item.cluster, item.flops * g,
                  (item.weight_bytes + (item.bytes_moved - item.weight_bytes) * g
-                  if reuses_weights(item) else item.bytes_moved * g),
+                  if once else item.bytes_moved * g),
                  item.weight_bytes, [(producer, nbytes * g) for producer, nbytes in item.deps],
                  item.output_bytes * g)
-        for item in items
+        for item, once in zip(items, batched(items, system, g), strict=True)
     ]
 
 
 def activation_reserve(items: Sequence[WorkItem], system: ChipletSystem,
                        microbatch: int) -> list[float]:
     """Per cluster, the SRAM bytes a microbatch's activations take from its weights (module
-    docstring: the items that :func:`reuses_weights`), for ``items`` of one input each.
-
-    Raises
-    ------
-    MicrobatchTooLarge
-        When a cluster's reserve is not less than its SRAM: the microbatch does not fit.
-    """
+    docstring: ``microbatch - 1`` inputs' activations of the items that are :func:`batched`),
+    for ``items`` of one input each."""
     reserve = [0.0] * system.num_clusters
-    if microbatch == 1:
-        return reserve
-    for item in filter(reuses_weights, items):
-        footprint = (microbatch - 1) * max(item.bytes_moved - item.weight_bytes, 0.0)
-        reserve[item.cluster] = max(reserve[item.cluster], footprint)
-    for cluster in system.clusters:
-        if reserve[cluster.id] >= cluster.sram_bytes:
-            raise MicrobatchTooLarge(
-                f"a microbatch of {microbatch} inputs needs {reserve[cluster.id]:.0f} B of SRAM "
-                f"for activations on cluster {cluster.id}, which has {cluster.sram_bytes} B; "
-                "choose a smaller microbatch or split the cluster's ops"
-            )
+    for item, once in zip(items, batched(items, system, microbatch), strict=True):
+        if once:
+            footprint = (microbatch - 1) * max(item.bytes_moved - item.weight_bytes, 0.0)
+            reserve[item.cluster] = max(reserve[item.cluster], footprint)
     return reserve
 
 
@@ -381,7 +384,7 @@ def build_workload(
     ``pool``: the groups of clusters that keep one set of their items' weights between them
     (:func:`pool_groups`, module docstring); a pooled cluster fetches the other members'
     stripes and takes no loans. ``microbatch``: inputs each item runs per round (module
-    docstring: one weight fetch for all of them where it :func:`reuses_weights`); tasks and
+    docstring: one weight fetch for all of them where it is :func:`batched`); tasks and
     messages are then those of the whole microbatch.
 
     Returns
@@ -400,10 +403,10 @@ def build_workload(
         part, the index of the fetch that all its readers share (module docstring), else None.
     """
     topology = topology or Topology(system)
-    scaled = microbatch_items(items, microbatch)  # checks microbatch
+    scaled = microbatch_items(items, system, microbatch)  # checks microbatch
     reserve = activation_reserve(items, system, microbatch)
     # Fetches of each item's streamed weights per microbatch (module docstring).
-    reads = [1 if reuses_weights(item) else microbatch for item in items]
+    reads = [1 if once else microbatch for once in batched(items, system, microbatch)]
     items = scaled
     streamed = streamed_bytes(items, system, reserve)
     stripes = pooled_stripes(items, system, pool, reserve)

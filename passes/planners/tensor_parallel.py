@@ -29,7 +29,6 @@ from tvm_chiplet.passes.planners.layouts import (
 from tvm_chiplet.passes.planners.microbatch import fastest_microbatch
 from tvm_chiplet.passes.planners.partition import min_bottleneck_partition
 from tvm_chiplet.passes.planners.placement import OpSplit, Placement, PlanningError
-from tvm_chiplet.targets.workload import MicrobatchTooLarge
 
 
 def _require_split_dims(problem: PlanningProblem, strategy: str) -> None:
@@ -222,16 +221,12 @@ class TensorParallelPlanner:
         pool, what it cannot hold in the nearest controller (the faster on the four standard
         cases and BERT-base on a 16x16 mesh, each simulation of many copies costly). For more
         than one input, in its microbatch or a larger one, whichever simulates fastest
-        (:func:`~.microbatch.fastest_microbatch`), or inputs one by one when the microbatch its
-        estimate assumed does not fit."""
+        (:func:`~.microbatch.fastest_microbatch`)."""
         nearest = dataclasses.replace(placement, dram_policy="nearest")
         variants = [nearest] if placement.weight_pool else [placement, nearest]
-        try:
-            cycles = [float(simulate_placement(problem, variant, self.batches,
-                                               as_built=True).total_cycles)
-                      for variant in variants]
-        except MicrobatchTooLarge:  # its estimate assumed a microbatch that does not fit
-            return self._judge(problem, dataclasses.replace(placement, microbatch=1))
+        cycles = [float(simulate_placement(problem, variant, self.batches,
+                                           as_built=True).total_cycles)
+                  for variant in variants]
         chosen = variants[int(np.argmin(cycles))]
         if self.batches == 1:
             return chosen, min(cycles)

@@ -21,6 +21,7 @@ from tvm_chiplet.passes.planners.tensor_parallel import collective_messages, sna
 from tvm_chiplet.runtime.device import simulate_workload
 from tvm_chiplet.targets.system_generators import mesh_system
 from tvm_chiplet.targets.topology import Topology
+from tvm_chiplet.targets.workload import batched, reuses_weights
 
 # A chain of three heavy ops (conv-like) and one light op.
 CHAIN = make_graph(
@@ -171,7 +172,15 @@ def test_layouts_can_be_limited_to_some_kinds_and_unknown_kinds_are_refused():
         TensorParallelPlanner(layouts=("rings",))
 
 
-def test_a_pooled_layout_with_a_microbatch_plans_it_or_runs_inputs_one_by_one_if_too_large():
+def reusing(p, placement):
+    """Whether each item of ``placement`` that reuses its weights runs its microbatch on one
+    read of them."""
+    items = placement_items(p, placement)
+    flags = batched(items, p.system, placement.microbatch)
+    return [once for item, once in zip(items, flags, strict=True) if reuses_weights(item)]
+
+
+def test_a_pooled_layout_with_a_microbatch_batches_its_ops_where_their_activations_fit():
     system = mesh_system(4, 4, bandwidth=16.0, sram_bytes=256_000)
     base = PlanningProblem(CHAIN, system, Topology(system), DIMS, simulator=simulate_workload)
     p = dataclasses.replace(base, realise=lambda placement: (base.graph, placement))
@@ -184,11 +193,13 @@ def test_a_pooled_layout_with_a_microbatch_plans_it_or_runs_inputs_one_by_one_if
     judged, cycles = planner._judge(p, plan)
     assert judged.microbatch >= 2
     assert cycles == pytest.approx(simulate_placement(p, judged, 64).total_cycles)
-    # ... but not 16 kB ones: judged inputs one by one.
+    assert reusing(p, judged) and all(reusing(p, judged))
+    # ... but not 16 kB ones: there every op runs the microbatch's inputs one by one.
     small = mesh_system(4, 4, bandwidth=16.0, sram_bytes=16_000)
     q = dataclasses.replace(p, system=small, topology=Topology(small))
-    judged, _ = planner._judge(q, plan)
-    assert judged.microbatch == 1
+    judged, cycles = planner._judge(q, plan)
+    assert reusing(q, judged) and not any(reusing(q, judged))
+    assert cycles == pytest.approx(simulate_placement(q, judged, 64).total_cycles)
 
 
 def test_a_plan_estimated_above_the_cutoff_is_neither_realised_nor_simulated():

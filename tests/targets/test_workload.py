@@ -5,9 +5,10 @@ from tvm_chiplet.runtime.device import STREAM_CHUNKS, simulate_workload
 from tvm_chiplet.targets.system_generators import mesh_system
 from tvm_chiplet.targets.topology import Topology
 from tvm_chiplet.targets.workload import (
-    MicrobatchTooLarge,
+    BATCH_ROOM,
     WorkItem,
     activation_reserve,
+    batched,
     build_workload,
     microbatch_items,
     pool_groups,
@@ -285,12 +286,13 @@ def _fan_out(readers_bytes, multicast=True):
 def test_a_microbatch_scales_compute_activations_and_messages_but_reads_weights_once():
     items = [WorkItem("a", 0, 10.0, 130.0, 100.0, (), 20.0),
              WorkItem("b", 1, 4.0, 50.0, 0.0, [(0, 20)], 30.0)]
-    a, b = microbatch_items(items, 4)
+    system = streaming_system()
+    a, b = microbatch_items(items, system, 4)
     assert (a.flops, a.bytes_moved, a.weight_bytes, a.output_bytes) == (40.0, 220.0, 100.0, 80.0)
     assert (b.bytes_moved, list(b.deps)) == (200.0, [(0, 80)])
-    assert microbatch_items(items, 1) == items
+    assert microbatch_items(items, system, 1) == items
     with pytest.raises(ValueError, match="microbatch must be an integer >= 1, found 0"):
-        microbatch_items(items, 0)
+        microbatch_items(items, system, 0)
 
 
 def test_a_microbatch_fetches_streamed_weights_once_for_all_its_inputs():
@@ -316,28 +318,43 @@ def test_a_microbatch_fetches_streamed_weights_once_for_all_its_inputs():
     assert batched.throughput_per_cycle > 3 * single.throughput_per_cycle
 
 
-def test_a_microbatch_whose_activations_do_not_fit_a_cluster_is_refused():
-    items = [WorkItem("a", 0, 2.0, 8.0, WEIGHTS), WorkItem("big", 1, 2.0, 1300.0, 700.0)]
-    with pytest.raises(MicrobatchTooLarge, match="a microbatch of 3 inputs needs 1200 B of "
-                                                 "SRAM for activations on cluster 1, which "
-                                                 "has 1024 B"):
-        build_workload(items, streaming_system(), microbatch=3)
+def test_an_item_whose_microbatch_activations_would_crowd_out_its_weights_runs_input_by_input():
+    # "head" reuses its weights (700 B against 500 B of activations per input, as a language
+    # model's head), but its cluster's 1024 B leave BATCH_ROOM (768 B, all but the stream
+    # buffer) for the other inputs' activations: a microbatch of 2 batches it, one of 3
+    # (1000 B more) runs it input by input and reserves nothing for it, while "a" (8 B of
+    # activations per input) still batches.
+    system = streaming_system()
+    items = [WorkItem("a", 0, 2.0, WEIGHTS + 8.0, WEIGHTS),
+             WorkItem("head", 1, 2.0, 1200.0, 700.0)]
+    assert BATCH_ROOM * 1024 == 768
+    assert batched(items, system, 1) == [False, False]
+    assert batched(items, system, 2) == [True, True]
+    assert batched(items, system, 3) == [True, False]
+    assert activation_reserve(items, system, 2) == [8.0, 500.0]
+    assert activation_reserve(items, system, 3) == [16.0, 0.0]
+    _, head = microbatch_items(items, system, 3)
+    assert head.bytes_moved == 3 * 1200.0
+    assert microbatch_items(items, system, 2)[1].bytes_moved == 700.0 + 2 * 500.0
+    # Its weights fit its cluster: input by input costs no fetch; "a" streams once per round.
+    _, _, resident, fetches = build_workload(items, system, microbatch=3)
+    assert resident == [False, True] and [f["task"] for f in fetches] == [0]
 
 
 def test_an_item_whose_activations_outweigh_its_weights_runs_a_microbatch_input_by_input():
     # "early" reads 9 times its weights in activations per input (an early convolution): a
     # microbatch of 3 runs it three times, fetching its weights each time, and reserves no
     # SRAM for its activations; "late" (weights 100x its activations) reuses one fetch.
-    system = mesh_system(1, 1, bandwidth=1000.0, latency=1.0, sram_bytes=4096,
+    system = mesh_system(1, 1, bandwidth=1000.0, latency=1.0, sram_bytes=16384,
                          dram_bandwidth=64.0, dram_at=((0, 0),))
     early = WorkItem("early", 0, 2.0, 200_000.0, 20_000.0)
     late = WorkItem("late", 0, 2.0, 202_000.0, 200_000.0, [(0, 100)])
     assert [reuses_weights(item) for item in (early, late)] == [False, True]
-    a, b = microbatch_items([early, late], 3)
+    a, b = microbatch_items([early, late], system, 3)
     assert (a.bytes_moved, b.bytes_moved) == (3 * 200_000.0, 200_000.0 + 3 * 2000.0)
     assert activation_reserve([early, late], system, 3) == [2 * 2000.0]
     _, _, _, fetches = build_workload([early, late], system, microbatch=3)
-    resident = 0.75 * 4096  # at most: the SRAM less the stream buffer
+    resident = 0.75 * 16384  # at most: the SRAM less the stream buffer
     assert 3 * (20_000 - resident) <= fetches[0]["bytes"] <= 3 * 20_000
     assert 200_000 - resident <= fetches[1]["bytes"] <= 200_000
     # Items with 9x more activation than weights: a microbatch that would need 1.6 MB of
