@@ -52,6 +52,8 @@ from tvm_chiplet.passes.split_operators import (
     matmul_batch_operands,
     static_shape,
 )
+from tvm_chiplet.targets.collectives import reduce_ring
+from tvm_chiplet.targets.topology import Topology
 
 _CONV2D = tvm.ir.Op.get("relax.nn.conv2d")
 _MATMUL = tvm.ir.Op.get("relax.matmul")
@@ -126,11 +128,14 @@ class _Distributor:
     """Rebuild ``main`` binding by binding, each new binding on one cluster."""
 
     def __init__(self, splits: dict[relax.Var, tuple[str, tuple[int, ...]]],
-                 placed: dict[relax.Var, int], home: int) -> None:
+                 placed: dict[relax.Var, int], home: int, topology: Topology | None = None
+                 ) -> None:
         self.bb = relax.BlockBuilder()
         self.splits = splits
         self.placed = placed
         self.home = home
+        self.topology = topology
+        self._rings: dict[tuple[int, ...], tuple[int, ...] | None] = {}
         self.layout: dict[relax.Var, object] = {}
         self.alias: dict[relax.Var, relax.Expr] = {}  # a tuple's field read by TupleGetItem
         self.cluster_of: dict[relax.Var, int] = {}
@@ -245,18 +250,68 @@ class _Distributor:
     def reduce_scatter(self, value: relax.Var) -> _Sharded:
         """A partial value summed into parts sharded over its own clusters: along the channels
         of an NCHW tensor, else the last axis, unless the ops that follow it cannot follow that
-        axis and can follow another (:meth:`_scatter_axis`)."""
+        axis and can follow another (:meth:`_scatter_axis`). Around a ring of the clusters
+        where the topology makes that cheaper (:func:`~tvm_chiplet.targets.collectives.
+        reduce_ring`, :meth:`_ring_sums`), else every part sums the slices sent to it."""
         layout = self.layout[value]
         shape = _shape(layout.parts[0])
         axis = self._scatter_axis(value, shape)
         k = min(len(layout.clusters), shape[axis])
         bounds = tuple(even_bounds(shape[axis], k))
         clusters = layout.clusters[:k]
-        parts = tuple(self.region(value, axis, b, e, c) for (b, e), c in zip(bounds, clusters,
-                                                                             strict=True))
+        ring = self._ring(layout.clusters) if k == len(layout.clusters) else None
+        if ring is not None:
+            parts = self._ring_sums(layout, axis, bounds, ring, value.name)
+        else:
+            parts = tuple(self.region(value, axis, b, e, c)
+                          for (b, e), c in zip(bounds, clusters, strict=True))
         sharded = _Sharded(axis, bounds, parts, clusters)
         self.layout[value] = sharded
         return sharded
+
+    def _ring(self, clusters: tuple[int, ...]) -> tuple[int, ...] | None:
+        if self.topology is None or len(set(clusters)) != len(clusters):
+            return None
+        if clusters not in self._rings:
+            self._rings[clusters] = reduce_ring(self.topology, clusters)
+        return self._rings[clusters]
+
+    def _ring_sums(self, layout: _Partial, axis: int, bounds: tuple[tuple[int, int], ...],
+                   ring: tuple[int, ...], name: str) -> tuple[relax.Expr, ...]:
+        """The parts of a reduce-scatter of ``layout`` around ``ring``: the slice ``j`` of
+        every partial is summed on its way to ``layout.clusters[j]`` from both sides of the
+        ring, each member adding its own slice to its neighbour's running sum and sending it
+        on, so that only ring neighbours talk and each hop carries one slice per part. Emitted
+        step by step over all parts (every member's first additions, then its second, ...), as
+        a ring reduce-scatter runs."""
+        k = len(ring)
+        part_of = dict(zip(layout.clusters, layout.parts, strict=True))
+        position = {c: i for i, c in enumerate(ring)}
+
+        def piece(cluster: int, j: int) -> relax.Expr:
+            b, e = bounds[j]
+            return self._slice(part_of[cluster], axis, b, e, f"{name}_cut", cluster)
+
+        sides = (((k - 1) // 2, -1), (k - 1 - (k - 1) // 2, 1))  # (members, direction)
+        running: dict[tuple[int, int], relax.Expr] = {}
+        for step in range(sides[1][0]):
+            for j, c in enumerate(layout.clusters):
+                for side, (length, direction) in enumerate(sides):
+                    if step >= length:
+                        continue
+                    x = ring[(position[c] + direction * (length - step)) % k]
+                    own = piece(x, j)
+                    running[j, side] = own if step == 0 else self.emit(
+                        relax.op.add(self.use(running[j, side], x), own), f"{name}_sum", x)
+        parts = []
+        for j, c in enumerate(layout.clusters):
+            total = piece(c, j)
+            for side in range(2):
+                if (j, side) in running:
+                    total = self.emit(relax.op.add(total, self.use(running[j, side], c)),
+                                      f"{name}_sum", c)
+            parts.append(total)
+        return tuple(parts)
 
     def _scatter_axis(self, value: relax.Var, shape: list[int]) -> int:
         """The axis to scatter ``value`` along: the preferred one (channels of an NCHW tensor,
@@ -624,7 +679,8 @@ def _map_operands(value: relax.Expr, fetch) -> relax.Expr:
 
 
 def distribute(mod: tvm.IRModule, splits: Sequence[DistributedSplit],
-               placed: dict[relax.Var, int] | None = None, home: int = 0
+               placed: dict[relax.Var, int] | None = None, home: int = 0,
+               topology: Topology | None = None
                ) -> tuple[tvm.IRModule, dict[relax.Var, int]]:
     """Rewrite ``main`` of the high-level ``mod`` with ``splits`` kept distributed.
 
@@ -632,12 +688,15 @@ def distribute(mod: tvm.IRModule, splits: Sequence[DistributedSplit],
     of every binding it emitted. ``placed`` gives the cluster of bindings of ``mod`` (after
     ``DecomposeOpsForInference``) that run whole; other unsplit ops that do not follow a
     distributed operand run where most of their operand bytes are (``home`` on ties).
+    ``topology``: the system's, on which reduce-scatters go around a ring where that is
+    cheaper (without it, every part sums the slices sent to it directly).
     """
-    return _distribute(prepare_for_splits(mod), splits, placed, home)
+    return _distribute(prepare_for_splits(mod), splits, placed, home, topology)
 
 
 def _distribute(mod: tvm.IRModule, splits: Sequence[DistributedSplit],
-                placed: dict[relax.Var, int] | None, home: int
+                placed: dict[relax.Var, int] | None, home: int,
+                topology: Topology | None = None
                 ) -> tuple[tvm.IRModule, dict[relax.Var, int]]:
     """:func:`distribute` on a module :func:`prepare_for_splits` returned."""
     anchors = anchor_bindings(mod)
@@ -657,7 +716,7 @@ def _distribute(mod: tvm.IRModule, splits: Sequence[DistributedSplit],
             "DistributeTensors needs 'main' as one dataflow block (as from_onnx makes it), "
             f"got {len(blocks)} block(s)"
         )
-    dist = _Distributor(plan, placed or {}, home)
+    dist = _Distributor(plan, placed or {}, home, topology)
     for binding in blocks[0].bindings:
         for var in relax.analysis.free_vars(binding.value):
             dist.users.setdefault(var, []).append(binding)
@@ -811,14 +870,15 @@ def planned_clusters(mod: tvm.IRModule, op_cluster: Sequence[int],
 
 def distribute_and_reduce(mod: tvm.IRModule, splits: Sequence[DistributedSplit],
                           op_cluster: Sequence[int] | None = None, home: int = 0,
-                          target: str | tvm.target.Target = "llvm"
+                          target: str | tvm.target.Target = "llvm",
+                          topology: Topology | None = None
                           ) -> tuple[tvm.IRModule, list[int]]:
     """:func:`distribute`, then ReduceGraph: the reduced module and the cluster of each binding
     of its ``main``. ``op_cluster`` places the ops of ``ReduceGraph(mod)`` that run whole (see
     :func:`planned_clusters`); a binding FuseOps made anew runs where its first producer runs."""
     mod = prepare_for_splits(mod)
     placed = planned_clusters(mod, op_cluster, target) if op_cluster is not None else {}
-    distributed, cluster_of = _distribute(mod, splits, placed, home)
+    distributed, cluster_of = _distribute(mod, splits, placed, home, topology)
     reduced = ReduceGraph(target)(distributed)
     # FuseOps binds a fused group to a new Var; every group reads a value of its own cluster
     # or a boundary marker, which runs on the reading cluster.

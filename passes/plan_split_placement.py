@@ -82,8 +82,9 @@ def split_problem(mod: tvm.IRModule, reduced: tvm.IRModule, system: ChipletSyste
     follow_ops = {op_id: math.prod(a.output_shape[:-2]) for op_id, a in zip(op_ids, anchors,
                                                                            strict=True)
                   if a.activations}
-    realiser = SplitRealiser(mod, op_ids, system.device_dtype, target)
-    return PlanningProblem(graph, system, Topology(system), split_dims, simulator,
+    topology = Topology(system)
+    realiser = SplitRealiser(mod, op_ids, system.device_dtype, target, topology)
+    return PlanningProblem(graph, system, topology, split_dims, simulator,
                            realiser, follow_ops), op_ids
 
 
@@ -94,12 +95,15 @@ class SplitRealiser:
     the placement of its ops, which is what the compiled artifact runs: planners' candidates
     are judged on it (:func:`~.planners.evaluate.simulate_placement`).
     :meth:`module` gives the realised module itself. ``anchors`` lists the planned graph's
-    conv2d / matmul ops (:func:`split_problem`).
+    conv2d / matmul ops (:func:`split_problem`); its reduce-scatters go around rings of
+    ``topology`` where that is cheaper.
     """
 
     def __init__(self, mod: tvm.IRModule, anchors: list[int], device_dtype: str | None = None,
-                 target: str | tvm.target.Target = "llvm") -> None:
+                 target: str | tvm.target.Target = "llvm", topology: Topology | None = None
+                 ) -> None:
         self.mod, self.anchors, self.device_dtype, self.target = mod, anchors, device_dtype, target
+        self.topology = topology
         self._cache: dict[tuple, tuple[tvm.IRModule, OpGraph, tuple[int, ...]]] = {}
         self._lock = threading.Lock()
 
@@ -115,7 +119,7 @@ class SplitRealiser:
         splits = [DistributedSplit(index[s.op_id], s.dim, s.clusters) for s in placement.splits]
         home = Counter(placement.op_cluster).most_common(1)[0][0] if placement.op_cluster else 0
         reduced, op_cluster = distribute_and_reduce(self.mod, splits, placement.op_cluster, home,
-                                                    self.target)
+                                                    self.target, self.topology)
         return reduced, extract_op_graph(reduced, self.device_dtype), tuple(op_cluster)
 
     def __call__(self, placement: Placement) -> tuple[OpGraph, Placement]:

@@ -7,6 +7,8 @@ member forwards what it received to its ring neighbour, both ways round, so the 
 each ring hop once and only neighbours talk (what ring all-gathers do, pipelined in chunks).
 :func:`gather_ring` models the busiest link of an all-gather both ways on the topology's routes
 and returns the ring when it carries less; :func:`ring_route` is a reader's path around it.
+A reduce-scatter (partial sums, each member keeping the sum of one slice) goes around a ring
+too (:func:`reduce_ring`): the sums are accumulated hop by hop instead of sent whole.
 """
 
 from __future__ import annotations
@@ -88,13 +90,15 @@ def _busiest(loads: Counter) -> int:
     return max(loads.values(), default=0)
 
 
-def direct_load(topology: Topology, clusters: Sequence[int]) -> Counter:
-    """Parts each link carries when every member sends its part to every other directly."""
+def direct_load(topology: Topology, clusters: Sequence[int], multicast: bool = True) -> Counter:
+    """Parts each link carries when every member sends its part to every other directly (as
+    one multicast tree where every link on the way multicasts, unless ``multicast`` is False:
+    each member a distinct part to every other, as a reduce-scatter sends them)."""
     loads: Counter = Counter()
     for source in clusters:
         routes = [topology.route(source, d) for d in clusters if d != source]
         links = [link for route in routes for link in route]
-        if all(topology.system.links[link].multicast for link in links):
+        if multicast and all(topology.system.links[link].multicast for link in links):
             links = list(set(links))  # one multicast tree: each link once
         loads.update(links)
     return loads
@@ -121,6 +125,23 @@ def gather_ring(topology: Topology, clusters: Sequence[int]) -> tuple[int, ...] 
     order = ring_order(topology, clusters)
     ring = _busiest(ring_load(topology, order))
     if ring <= RING_GAIN * _busiest(direct_load(topology, clusters)):
+        return tuple(order)
+    return None
+
+
+def reduce_ring(topology: Topology, clusters: Sequence[int]) -> tuple[int, ...] | None:
+    """The ring order to reduce-scatter ``clusters`` around, or None when sending every member
+    its slice of every other member's partial directly loads the busiest link as little.
+
+    Around the ring, the slice of every member's partial that member ``j`` keeps is summed on
+    its way to ``j`` from both sides, each member adding its own slice to what its neighbour
+    sent and passing the sum on: every ring hop carries each slice once, as a ring all-gather
+    carries each part, where sending directly carries ``k - 1`` slices out of every member."""
+    if len(set(clusters)) < 3:
+        return None
+    order = ring_order(topology, clusters)
+    ring = _busiest(ring_load(topology, order))
+    if ring <= RING_GAIN * _busiest(direct_load(topology, clusters, multicast=False)):
         return tuple(order)
     return None
 

@@ -187,6 +187,76 @@ def read_bytes(kernel: str, operand_bytes: int, output_bytes: int) -> int:
     return min(operand_bytes, output_bytes) if _SLICE.fullmatch(kernel) else operand_bytes
 
 
+_SLICE_BLOCK = "T_strided_slice"
+"""Prefix of the blocks TOPI's strided slice computes in (``T_strided_slice_with_axes``)."""
+
+
+def sliced_fractions(func: tvm.tirx.PrimFunc) -> dict[int, float]:
+    """Per parameter of a fused PrimFunc that only strided slices read, the fraction of it they
+    read (the sum of their regions over its size, at most 1): a kernel that slices an operand
+    and adds it to another (a reduce-scatter's step) reads the slice, not the whole operand.
+    Parameters read by any other block, and every parameter of TIR this walk does not know, are
+    left out (read whole)."""
+    readers: dict[object, list[tuple[str, int | None]]] = {}
+
+    def walk(stmt) -> bool:
+        if isinstance(stmt, tvm.s_tir.SBlockRealize):
+            return walk(stmt.block)
+        if isinstance(stmt, tvm.s_tir.SBlock):
+            written = _elements(stmt.writes[0].source) if len(stmt.writes) == 1 else None
+            for region in stmt.reads:
+                readers.setdefault(region.source, []).append((stmt.name_hint, written))
+            return walk(stmt.body) and (stmt.init is None or walk(stmt.init))
+        if isinstance(stmt, tvm.tirx.SeqStmt):
+            return all(walk(child) for child in stmt.seq)
+        if isinstance(stmt, (tvm.tirx.For, tvm.tirx.AttrStmt, tvm.tirx.DeclBuffer)):
+            return walk(stmt.body)
+        return isinstance(stmt, (tvm.tirx.BufferStore, tvm.tirx.Evaluate, tvm.tirx.AllocBuffer))
+
+    if not walk(func.body):
+        return {}
+    fractions = {}
+    for index, param in enumerate(func.params):
+        reads = readers.get(param, [])
+        whole = _elements(param)
+        if not whole or not reads or not all(name.startswith(_SLICE_BLOCK) and size is not None
+                                             for name, size in reads):
+            continue
+        fractions[index] = min(1.0, sum(size for _, size in reads) / whole)
+    return fractions
+
+
+def _elements(buffer) -> int | None:
+    """Elements of a TIR buffer of static shape, else None."""
+    shape = getattr(buffer, "shape", None)
+    if shape is None or not all(isinstance(d, tvm.tirx.IntImm) for d in shape):
+        return None
+    return math.prod(int(d) for d in shape)
+
+
+def operand_bytes(mod: tvm.IRModule, call: relax.Call, output_bytes: int, cache: dict,
+                  device_dtype: str | None = None) -> int:
+    """Bytes a ``call_tir`` reads of its Var operands (at ``device_dtype``): each whole, but
+    what its kernel only slices (:func:`sliced_fractions`, cached per kernel in ``cache``) and
+    a lone slice's operand (:func:`read_bytes`)."""
+    fractions = _read_fractions(mod, call, cache)
+    total = sum(round(tensor_bytes(var.ty, f"value {var.name}", device_dtype)
+                      * fractions.get(var, 1.0)) for var in _value_vars(call))
+    return read_bytes(call.args[0].name_hint, total, output_bytes)
+
+
+def _read_fractions(mod: tvm.IRModule, call: relax.Call, cache: dict) -> dict[relax.Var, float]:
+    """The fraction of each Var operand of a ``call_tir`` its kernel reads
+    (:func:`sliced_fractions`, cached per kernel); operands read whole are left out."""
+    gvar = call.args[0]
+    if gvar not in cache:
+        func = mod[gvar]
+        cache[gvar] = sliced_fractions(func) if isinstance(func, tvm.tirx.PrimFunc) else {}
+    fractions = cache[gvar]
+    return {arg: fractions[i] for i, arg in enumerate(call.args[1].fields)
+            if i in fractions and isinstance(arg, relax.Var)}
+
+
 def extract_op_graph(mod: tvm.IRModule, device_dtype: str | None = None) -> OpGraph:
     """Build the :class:`OpGraph` of ``main`` of a reduced module.
 
@@ -211,6 +281,7 @@ def extract_op_graph(mod: tvm.IRModule, device_dtype: str | None = None) -> OpGr
     param_index = {param: i for i, param in enumerate(params)}
     defined_by: dict[relax.Var, int] = {}
     flop_cache: dict = {}
+    slice_cache: dict = {}
     ops: list[OpNode] = []
     graph = nx.DiGraph()
     input_uses: list[list[int]] = [[] for _ in params]
@@ -243,7 +314,7 @@ def extract_op_graph(mod: tvm.IRModule, device_dtype: str | None = None) -> OpGr
                 input_uses[param_index[var]].append(op_id)
             input_bytes += nbytes
         if kind == "call_tir":
-            input_bytes = read_bytes(name, input_bytes, out_bytes)
+            input_bytes = operand_bytes(mod, value, out_bytes, slice_cache, device_dtype)
         defined_by[binding.var] = op_id
         ops.append(OpNode(op_id, name, kind, flops, input_bytes, out_bytes, weight_bytes))
 

@@ -13,7 +13,7 @@ from tvm_chiplet.passes.analysis.extract_op_graph import (
     call_tir_weight_bytes,
     has_static_shape,
     main_bindings,
-    read_bytes,
+    operand_bytes,
     tensor_bytes,
 )
 from tvm_chiplet.passes.attrs import ATTR_CLUSTER, CALL_TIR, call_placement
@@ -96,6 +96,7 @@ def read_segments(mod: tvm.IRModule, device_dtype: str | None = None) -> Segment
     tasks: list[Task] = []
     data_dependent: list[str] = []
     flop_cache: dict = {}
+    slice_cache: dict = {}
     for binding in main_bindings(mod):
         value = binding.value
         if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.GlobalVar):
@@ -125,7 +126,7 @@ def read_segments(mod: tvm.IRModule, device_dtype: str | None = None) -> Segment
             segments.append(segment)
             source[binding.var] = ["segment_tuple", index]
             _segment_tasks(mod, func, segment, producers, tasks, data_dependent, flop_cache,
-                           device_dtype)
+                           slice_cache, device_dtype)
         elif isinstance(value, relax.TupleGetItem) and value.tuple_value in source:
             _, index = source[value.tuple_value]
             source[binding.var] = ["segment", index, int(value.index)]
@@ -141,7 +142,7 @@ def read_segments(mod: tvm.IRModule, device_dtype: str | None = None) -> Segment
 
 
 def _segment_tasks(mod, func, segment, producers, tasks, data_dependent, flop_cache,
-                   device_dtype) -> None:
+                   slice_cache, device_dtype) -> None:
     origin: dict[relax.Var, set[int]] = {}
     for param, src in zip(func.params, segment.inputs, strict=True):
         origin[param] = producers.get(tuple(src), set()) if src[0] == "segment" else set()
@@ -161,8 +162,7 @@ def _segment_tasks(mod, func, segment, producers, tasks, data_dependent, flop_ca
                     deps[producer] = deps.get(producer, 0) + nbytes
             weight_bytes = call_tir_weight_bytes(value, device_dtype)
             output = tensor_bytes(binding.var.ty, binding.var.name, device_dtype)
-            moved = read_bytes(value.args[0].name_hint, sum(
-                tensor_bytes(v.ty, v.name, device_dtype) for v in reads), output)
+            moved = operand_bytes(mod, value, output, slice_cache, device_dtype)
             moved += output + weight_bytes
             tasks.append(
                 Task(

@@ -385,7 +385,12 @@ class LayoutCosts:
             return big.scatter / k, big.latency
         if src.kind == "partial":
             if src.group == need.group and need.axis == "channels":
-                return big.direct / k, big.latency  # reduce-scatter
+                # Reduce-scatter, costed as sent directly: DistributeTensors sums around a ring
+                # where that loads links less (collectives.reduce_ring), but its sums advance
+                # hop by hop at the pace of the slowest member, and costing the ring's load
+                # made the search choose plans that simulated slower (ResNet-50 simba-6x6,
+                # batch 1: 5.0x -> 6.1x the bound).
+                return big.direct / k, big.latency
             return big.direct / k + big.direct / (k * k), 2 * big.latency
         if src.group == need.group and src.axis == need.axis:
             return 0.0, 0.0

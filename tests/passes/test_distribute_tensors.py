@@ -12,6 +12,10 @@ from tvm_chiplet.passes.distribute_tensors import (
     distribute_and_reduce,
 )
 from tvm_chiplet.passes.planners import PlanningError
+from tvm_chiplet.passes.planners.layouts import allocation_groups
+from tvm_chiplet.targets.collectives import reduce_ring
+from tvm_chiplet.targets.system_generators import mesh_system
+from tvm_chiplet.targets.topology import Topology
 from tvm_chiplet.tools import models
 from tvm_chiplet.tools.frontends import load_model
 
@@ -230,3 +234,26 @@ def test_each_cluster_sends_what_others_need_before_computing_its_own_part():
         assert levels == sorted(levels)
     switches = sum(a != b for a, b in pairwise(clusters))
     assert switches < len(bindings) / 3
+
+
+def test_a_reduce_scatter_over_a_ring_sums_the_slices_hop_by_hop_between_neighbours():
+    # The second conv split over 8 clusters of a 4x4 mesh by input channels: its 8 partial
+    # sums are reduce-scattered into 8 one-channel parts (576 B each). With the topology, each
+    # slice is summed on its way around a ring of the 8 clusters, so every message of the
+    # reduce-scatter goes to a neighbour; without it, every cluster sends its slices directly,
+    # some across two or more links. Both compute the unsplit result.
+    system = mesh_system(4, 4)
+    topology = Topology(system)
+    group = next(g for g in allocation_groups(topology) if len(g) == 8)
+    assert reduce_ring(topology, group) is not None
+    mod = conv_chain()
+    splits = [DistributedSplit(1, "in_channels", group)]
+    hops = {}
+    for name, given in (("ring", topology), ("direct", None)):
+        reduced, clusters = distribute_and_reduce(mod, splits, home=0, topology=given)
+        check_numerics(mod, reduced, (1, 8, 12, 12))
+        slices = [(src, dst) for nbytes, src, dst in crossings(reduced, clusters)
+                  if nbytes == 12 * 12 * 4 and dst != 0]  # the final gather goes to 0
+        hops[name] = sorted(len(topology.route(src, dst)) for src, dst in slices)
+    assert set(hops["ring"]) == {1}
+    assert max(hops["direct"]) > 1

@@ -126,3 +126,27 @@ def test_the_op_graph_ends_before_the_data_dependent_tail():
     assert len(graph.ops) == len(planned)
     assert [op.name for op in graph.ops if op.is_compute] == ["relu"]
 
+
+
+def _slice_and_add(scaled_first: bool):
+    """x (1x64x8x8) cut to channels 8..16 and added to y (1x8x8x8); with ``scaled_first``, x is
+    doubled before the cut, in the same kernel (which then reads all of x)."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 64, 8, 8), "float32"))
+    y = relax.Var("y", relax.TensorType((1, 8, 8, 8), "float32"))
+    with bb.function("main", [x, y]):
+        with bb.dataflow():
+            source = relax.op.multiply(x, relax.const(2.0)) if scaled_first else x
+            total = bb.emit(relax.op.add(relax.op.strided_slice(source, [1], [8], [16]), y))
+            out = bb.emit_output(total)
+        bb.emit_func_output(out)
+    return ReduceGraph()(bb.get())
+
+
+def test_a_fused_kernel_reads_only_the_slice_it_cuts_of_an_operand():
+    (op,) = extract_op_graph(_slice_and_add(False)).ops
+    assert op.name == "fused_strided_slice_add"
+    assert op.input_bytes == 4 * (8 * 8 * 8 + 8 * 8 * 8)  # 1/8 of x, all of y
+    # An operand that another block of the kernel reads (the doubling) counts whole.
+    (op,) = extract_op_graph(_slice_and_add(True)).ops
+    assert op.input_bytes == 4 * (64 * 8 * 8 + 8 * 8 * 8)

@@ -3,7 +3,13 @@ sending every part directly (as multicast trees where links multicast)."""
 
 import pytest
 
-from tvm_chiplet.targets.collectives import direct_load, gather_ring, ring_load, ring_order
+from tvm_chiplet.targets.collectives import (
+    direct_load,
+    gather_ring,
+    reduce_ring,
+    ring_load,
+    ring_order,
+)
 from tvm_chiplet.targets.system_generators import mesh_system
 from tvm_chiplet.targets.system_toml import load_system
 from tvm_chiplet.targets.topology import Topology
@@ -59,3 +65,18 @@ def test_small_groups_and_ties_gather_directly():
     topology = Topology(load_system("mesh-4x4"))
     assert gather_ring(topology, [0, 1]) is None
     assert gather_ring(topology, [0, 1, 5, 4]) is None  # a 2x2 block: no busier link directly
+
+
+def test_a_reduce_scatter_rings_where_sending_every_slice_directly_loads_links_more():
+    # On multicast links an all-gather's direct sends are trees, as cheap as the ring on a
+    # 2x4 block; a reduce-scatter's slices are distinct, so directly they load the busiest
+    # link twice as much as around the ring.
+    topology = Topology(mesh_system(2, 4, multicast=True))
+    group = list(range(8))
+    ring = busiest(ring_load(topology, ring_order(topology, group)))
+    assert busiest(direct_load(topology, group)) <= ring
+    assert busiest(direct_load(topology, group, multicast=False)) >= 2 * ring
+    assert gather_ring(topology, group) is None
+    assert sorted(reduce_ring(topology, group)) == group
+    # Too few members for a ring.
+    assert reduce_ring(topology, [0, 1]) is None
