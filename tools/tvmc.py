@@ -27,6 +27,8 @@ def _target_options(args: argparse.Namespace) -> dict[str, str]:
         options["device-dtype"] = args.device_dtype
     if args.objective:
         options["objective"] = args.objective
+    if args.max_parts is not None:
+        options["max-parts"] = str(args.max_parts)
     return options
 
 
@@ -383,6 +385,10 @@ def make_parser() -> argparse.ArgumentParser:
                       help="what --target-chiplet-strategy auto keeps (default time); with "
                            "pipeline, tensor-parallel, modular or fault-aware: time and "
                            "throughput plan for 64 inputs, latency for one")
+    comp.add_argument("--max-parts", type=int,
+                      help="with tensor-parallel: most clusters one op is split over (default "
+                           "36); more lowers batch-1 latency on large systems and takes longer "
+                           "to plan")
     comp.add_argument("--input-shapes",
                       help="e.g. \"x:[1,3,224,224] mask:[1,128]\"; names may contain ':'; "
                            "quote names with spaces or commas: \"'my input':[1,10]\"")

@@ -7,6 +7,7 @@ builds it, and the plan is described for the artifact and estimated against the 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
@@ -27,6 +28,7 @@ from tvm_chiplet.passes.planners import (
     AutoPlanner,
     IlpPlanner,
     Planner,
+    TensorParallelPlanner,
     planner_for_inputs,
     plans_for_inputs,
 )
@@ -231,6 +233,29 @@ INPUT_OBJECTIVES = ("time", "throughput", "latency")
 """Objectives a strategy that plans for a number of inputs can take without ``auto``."""
 
 
+def _with_max_parts(strategy: str | Planner, value: str) -> Planner:
+    """``strategy`` (tensor-parallel) splitting each op over at most ``value`` clusters (target
+    option ``max-parts``)."""
+    parts = int(value) if str(value).isdigit() else 0
+    if parts < 1:
+        raise ChipletTargetError(
+            f"target option max-parts must be a positive integer (clusters per split op), "
+            f"found {value!r}"
+        )
+    if strategy == TensorParallelPlanner.name:
+        return TensorParallelPlanner(max_parts=parts)
+    if isinstance(strategy, TensorParallelPlanner):
+        planner = copy.copy(strategy)
+        planner.max_parts = parts
+        return planner
+    name = getattr(strategy, "name", strategy)
+    raise ChipletTargetError(
+        f"target option max-parts applies to strategy 'tensor-parallel'; the strategy is "
+        f"{name!r}: add -strategy=tensor-parallel (--target-chiplet-strategy tensor-parallel) "
+        "or drop max-parts"
+    )
+
+
 def build(
     model: str | os.PathLike | onnx.ModelProto | tvm.IRModule,
     target: str | tvm.target.Target | ChipletTarget = "chiplet/mesh-4x4",
@@ -316,6 +341,8 @@ def build(
                 f"{strategy!r}: add -strategy=auto (--target-chiplet-strategy auto) or drop "
                 "the objective"
             )
+    if "max-parts" in chiplet_target.options:
+        strategy = _with_max_parts(strategy, chiplet_target.options["max-parts"])
     started = time.perf_counter()
     import_notes: list[str] = []
 

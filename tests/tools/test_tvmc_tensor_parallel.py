@@ -187,3 +187,25 @@ def test_tensor_parallel_pipeline_over_2d_regions_matches_onnxruntime(tmp_path):
     assert notes["simulated_cycles"][f"{stages} stages"] == min(
         notes["simulated_cycles"].values())
     assert len(lib.plan["clusters_used"]) > stages  # the stages split their ops
+
+
+def test_max_parts_caps_the_clusters_of_every_split_op_end_to_end(tmp_path, capsys):
+    # On mesh-4x4 tensor-parallel splits small-cnn's ops over groups of up to 16 clusters;
+    # --max-parts 2 keeps every split on at most 2, and the numerics still match onnxruntime.
+    model = models.get_model("small-cnn")
+    free = compile_run_and_compare(tmp_path, model, "chiplet/mesh-4x4", "tensor-parallel")
+    assert max(free["placement"]["notes"]["groups"]) > 2
+    capped = compile_run_and_compare(tmp_path, model, "chiplet/mesh-4x4", "tensor-parallel",
+                                     extra=("--max-parts", "2"))
+    assert capped["placement"]["notes"]["groups"] == [2]
+    capsys.readouterr()
+    # Bad input: not a positive count, or a strategy it does not apply to.
+    path = tmp_path / "m.onnx"
+    for strategy, parts, says in (("tensor-parallel", "0", "must be a positive integer"),
+                                  ("pipeline", "4", "applies to strategy 'tensor-parallel'")):
+        assert main(["compile", str(path), "--target", "chiplet/mesh-4x4",
+                     "--target-chiplet-strategy", strategy, "--max-parts", parts,
+                     "-o", str(tmp_path / "bad.tar")]) == 2
+        err = capsys.readouterr().err
+        assert "max-parts" in err and says in err
+        assert not (tmp_path / "bad.tar").exists()

@@ -56,8 +56,10 @@ QUICK = {
 }
 
 
-def make_planners(names: list[str], batches: int, ilp_time_limit: float) -> dict[str, Planner]:
-    """The planners to compare; the ILP gets the given time limit.
+def make_planners(names: list[str], batches: int, ilp_time_limit: float,
+                  max_parts: int | None = None) -> dict[str, Planner]:
+    """The planners to compare; the ILP gets the given time limit, tensor-parallel
+    ``max_parts`` (its default when None).
     ``tensor-parallel@N`` is tensor-parallel planned for ``N`` inputs (it may then copy a plan
     on tiles of the grid); plain ``tensor-parallel`` plans for one input. ``auto`` chooses
     among pipeline, tensor-parallel (for one input) and modular; ``auto-default`` is ``auto`` as
@@ -65,8 +67,9 @@ def make_planners(names: list[str], batches: int, ilp_time_limit: float) -> dict
     planners: dict[str, Planner] = {}
     for name in names:
         base, _, inputs = name.partition("@")
-        if base == TensorParallelPlanner.name and inputs:
-            planners[name] = TensorParallelPlanner(batches=int(inputs))
+        if base == TensorParallelPlanner.name:
+            planners[name] = TensorParallelPlanner(max_parts=max_parts,
+                                                   batches=int(inputs) if inputs else 1)
         elif name == "ilp":
             planners[name] = IlpPlanner(time_limit=ilp_time_limit)
         elif name == "auto-default":
@@ -111,6 +114,7 @@ def bench_strategy(
     return {
         "strategy": placement.strategy + (f" x{placement.copies}" if placement.copies > 1
                                           else ""),
+        "max_parts": getattr(planner, "max_parts", ""),
         "clusters": len(placement.clusters_used()) * placement.copies,
         "copies": placement.copies,
         "microbatch": placement.microbatch,
@@ -202,10 +206,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="precisions of the device model to run every case at")
     parser.add_argument("--quick", action="store_true", help="small model configurations")
     parser.add_argument("--ilp-time-limit", type=float, default=60.0)
+    parser.add_argument("--max-parts", type=int,
+                        help="most clusters tensor-parallel splits one op over (its default "
+                        "when not given)")
     parser.add_argument("--out", default="tools/bench/results")
     args = parser.parse_args(argv)
     rows: list[dict] = []
-    planners = make_planners(args.strategies, args.batches, args.ilp_time_limit)
+    planners = make_planners(args.strategies, args.batches, args.ilp_time_limit,
+                             args.max_parts)
     try:
         for model_name in args.models:
             options = QUICK.get(model_name, {}) if args.quick else {}
