@@ -120,13 +120,7 @@ def ring_load(topology: Topology, order: Sequence[int]) -> Counter:
 def gather_ring(topology: Topology, clusters: Sequence[int]) -> tuple[int, ...] | None:
     """The ring order to all-gather ``clusters`` around, or None when sending directly loads
     the busiest link as little (module docstring)."""
-    if len(set(clusters)) < 3:
-        return None
-    order = ring_order(topology, clusters)
-    ring = _busiest(ring_load(topology, order))
-    if ring <= RING_GAIN * _busiest(direct_load(topology, clusters)):
-        return tuple(order)
-    return None
+    return _lighter_ring(topology, clusters, multicast=True)
 
 
 def reduce_ring(topology: Topology, clusters: Sequence[int]) -> tuple[int, ...] | None:
@@ -137,11 +131,18 @@ def reduce_ring(topology: Topology, clusters: Sequence[int]) -> tuple[int, ...] 
     its way to ``j`` from both sides, each member adding its own slice to what its neighbour
     sent and passing the sum on: every ring hop carries each slice once, as a ring all-gather
     carries each part, where sending directly carries ``k - 1`` slices out of every member."""
+    return _lighter_ring(topology, clusters, multicast=False)
+
+
+def _lighter_ring(topology: Topology, clusters: Sequence[int], multicast: bool
+                  ) -> tuple[int, ...] | None:
+    """A ring order of ``clusters`` if its busiest link carries at most :data:`RING_GAIN` of
+    what sending directly puts on it (multicast trees where ``multicast`` and links allow)."""
     if len(set(clusters)) < 3:
         return None
     order = ring_order(topology, clusters)
     ring = _busiest(ring_load(topology, order))
-    if ring <= RING_GAIN * _busiest(direct_load(topology, clusters, multicast=False)):
+    if ring <= RING_GAIN * _busiest(direct_load(topology, clusters, multicast)):
         return tuple(order)
     return None
 
