@@ -234,14 +234,13 @@ def _elements(buffer) -> int | None:
     return math.prod(int(d) for d in shape)
 
 
-def operand_bytes(mod: tvm.IRModule, call: relax.Call, output_bytes: int, cache: dict,
-                  device_dtype: str | None = None) -> int:
-    """Bytes a ``call_tir`` reads of its Var operands (at ``device_dtype``): each whole, but
+def operand_bytes(mod: tvm.IRModule, call: relax.Call, sizes: dict[relax.Var, int],
+                  output_bytes: int, cache: dict) -> int:
+    """Bytes a ``call_tir`` reads of its Var operands, whose sizes are ``sizes``: each whole, but
     what its kernel only slices (:func:`sliced_fractions`, cached per kernel in ``cache``) and
     a lone slice's operand (:func:`read_bytes`)."""
     fractions = _read_fractions(mod, call, cache)
-    total = sum(round(tensor_bytes(var.ty, f"value {var.name}", device_dtype)
-                      * fractions.get(var, 1.0)) for var in _value_vars(call))
+    total = sum(round(nbytes * fractions.get(var, 1.0)) for var, nbytes in sizes.items())
     return read_bytes(call.args[0].name_hint, total, output_bytes)
 
 
@@ -303,18 +302,16 @@ def extract_op_graph(mod: tvm.IRModule, device_dtype: str | None = None) -> OpGr
             kind = "other"
             name = value.op.name if isinstance(value, relax.Call) and hasattr(value.op, "name") \
                 else type(value).__name__
-        input_bytes = 0
         graph.add_node(op_id)
-        for var in _value_vars(value):
-            nbytes = tensor_bytes(var.ty, f"value {var.name}", device_dtype)
+        sizes = {var: tensor_bytes(var.ty, f"value {var.name}", device_dtype)
+                 for var in _value_vars(value)}
+        for var, nbytes in sizes.items():
             if var in defined_by:
-                producer = defined_by[var]
-                graph.add_edge(producer, op_id, nbytes=nbytes)
+                graph.add_edge(defined_by[var], op_id, nbytes=nbytes)
             elif var in param_index:
                 input_uses[param_index[var]].append(op_id)
-            input_bytes += nbytes
-        if kind == "call_tir":
-            input_bytes = operand_bytes(mod, value, out_bytes, slice_cache, device_dtype)
+        input_bytes = (operand_bytes(mod, value, sizes, out_bytes, slice_cache)
+                       if kind == "call_tir" else sum(sizes.values()))
         defined_by[binding.var] = op_id
         ops.append(OpNode(op_id, name, kind, flops, input_bytes, out_bytes, weight_bytes))
 

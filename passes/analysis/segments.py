@@ -155,14 +155,14 @@ def _segment_tasks(mod, func, segment, producers, tasks, data_dependent, flop_ca
         static = all(has_static_shape(v.ty) for v in [*reads, binding.var])
         if is_call_tir and static:
             _, stage, op_id = placed if placed else (segment.cluster, 0, -1)
+            sizes = {var: tensor_bytes(var.ty, var.name, device_dtype) for var in reads}
             deps: dict[int, int] = {}
-            for var in reads:
+            for var, nbytes in sizes.items():
                 for producer in origin.get(var, ()):
-                    nbytes = tensor_bytes(var.ty, var.name, device_dtype)
                     deps[producer] = deps.get(producer, 0) + nbytes
             weight_bytes = call_tir_weight_bytes(value, device_dtype)
             output = tensor_bytes(binding.var.ty, binding.var.name, device_dtype)
-            moved = operand_bytes(mod, value, output, slice_cache, device_dtype)
+            moved = operand_bytes(mod, value, sizes, output, slice_cache)
             moved += output + weight_bytes
             tasks.append(
                 Task(
