@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import tvm
-from tvm import relax
+from tvm import relax, te
 
 from tvm_chiplet.passes.analysis.batch_axis import ELEMENTWISE_OPS
 from tvm_chiplet.passes.fold_constant_calls import FoldConstantCalls
@@ -62,6 +62,16 @@ _PURE_PACKED = tvm.ir.Op.get("relax.call_pure_packed")
 BOUNDARY = "chiplet.boundary"
 """Packed function name of the identity that marks a value crossing clusters while the module is
 reduced, so that FuseOps never fuses ops of two clusters into one kernel. Removed afterwards."""
+
+GATHER = "chiplet.gather"
+"""Packed function name of a concat (pieces..., axis, reading cluster) of pieces of which some lie
+on other clusters, while the module is reduced: opaque to FuseOps as a :data:`BOUNDARY` marker
+is, without a marker per piece. Replaced by a concat kernel afterwards."""
+
+SLICED_ADD = "chiplet.sliced_add"
+"""Packed function name of ``a + b[begin:...]`` along an axis (a, b, axis, begin, cluster), a
+reduce-scatter's step, while the module is reduced: opaque to FuseOps, without markers.
+Replaced by a kernel afterwards."""
 
 _POOL_OPS = frozenset(
     ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d")
@@ -228,10 +238,24 @@ class _Distributor:
                 piece = self._slice(part, axis, b - begin, e - begin, f"{name}_cut", c)
             else:
                 piece = self._slice(part, axis, lo, hi, f"{name}_cut", c)
-            pieces.append(self.use(piece, cluster))
+            pieces.append(piece)
         if len(pieces) == 1:
-            return pieces[0]
-        return self.emit(relax.op.concat(pieces, axis=layout.axis), f"{name}_gathered", cluster)
+            return self.use(pieces[0], cluster)
+        return self._gather(pieces, layout.axis, f"{name}_gathered", cluster)
+
+    def _gather(self, pieces: list[relax.Var], axis: int, name: str, cluster: int) -> relax.Var:
+        """``pieces`` concatenated along ``axis`` on ``cluster``. When some of them lie on other
+        clusters, as one :data:`GATHER` call (opaque to FuseOps, as a marker is) instead of a
+        marker per remote piece and a concat: a 64-way all-gather is 64 bindings, not 4096."""
+        concat = relax.op.concat(pieces, axis=axis)
+        if all(self.cluster_of.get(p) == cluster for p in pieces):
+            return self.emit(concat, name, cluster)
+        ty = self.bb.normalize(concat).ty
+        call = relax.op.call_pure_packed(GATHER, *pieces, relax.prim_value(axis),
+                                         relax.prim_value(cluster), ty_args=ty)
+        var = self.bb.emit_output(call, name)  # a Var, as a marker's (see use)
+        self.cluster_of[var] = cluster
+        return var
 
     def _slice(self, var: relax.Expr, axis: int, lo: int, hi: int, name: str, cluster: int
                ) -> relax.Expr:
@@ -300,18 +324,29 @@ class _Distributor:
                     if step >= length:
                         continue
                     x = ring[(position[c] + direction * (length - step)) % k]
-                    own = piece(x, j)
-                    running[j, side] = own if step == 0 else self.emit(
-                        relax.op.add(self.use(running[j, side], x), own), f"{name}_sum", x)
+                    running[j, side] = piece(x, j) if step == 0 else self._sliced_add(
+                        running[j, side], part_of[x], axis, bounds[j][0], f"{name}_sum", x)
         parts = []
         for j, c in enumerate(layout.clusters):
-            total = piece(c, j)
-            for side in range(2):
-                if (j, side) in running:
-                    total = self.emit(relax.op.add(total, self.use(running[j, side], c)),
-                                      f"{name}_sum", c)
+            total = self._sliced_add(running[j, 0], part_of[c], axis, bounds[j][0],
+                                     f"{name}_sum", c)
+            if (j, 1) in running:
+                total = self._sliced_add(total, running[j, 1], axis, 0, f"{name}_sum", c)
             parts.append(total)
         return tuple(parts)
+
+    def _sliced_add(self, total: relax.Expr, part: relax.Expr, axis: int, begin: int, name: str,
+                    cluster: int) -> relax.Var:
+        """``total + part[begin:begin + n]`` along ``axis`` (``n``: ``total``'s size there;
+        ``part`` whole when the shapes match) on ``cluster``, as one :data:`SLICED_ADD` call:
+        opaque to FuseOps, so neither operand needs a marker; a ring step is one binding, not
+        a marker, a slice and an add."""
+        call = relax.op.call_pure_packed(SLICED_ADD, total, part, relax.prim_value(axis),
+                                         relax.prim_value(begin), relax.prim_value(cluster),
+                                         ty_args=total.ty)
+        var = self.bb.emit_output(call, name)  # a Var, as a marker's (see use)
+        self.cluster_of[var] = cluster
+        return var
 
     def _scatter_axis(self, value: relax.Var, shape: list[int]) -> int:
         """The axis to scatter ``value`` along: the preferred one (channels of an NCHW tensor,
@@ -779,16 +814,33 @@ def _with_main(mod: tvm.IRModule, main: relax.Function) -> tvm.IRModule:
     return tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
 
 
+def _packed(value: relax.Expr, name: str) -> bool:
+    return (isinstance(value, relax.Call) and value.op.same_as(_PURE_PACKED)
+            and str(value.args[0].global_symbol) == name)
+
+
 def _is_marker(value: relax.Expr) -> bool:
     """Whether ``value`` is a :data:`BOUNDARY` marker (operand, reading cluster)."""
-    return (isinstance(value, relax.Call) and value.op.same_as(_PURE_PACKED)
-            and str(value.args[0].global_symbol) == BOUNDARY)
+    return _packed(value, BOUNDARY)
 
 
-def drop_boundaries(mod: tvm.IRModule) -> tvm.IRModule:
-    """``mod`` with every :data:`BOUNDARY` marker of ``main`` replaced by its operand."""
+def _crossing_cluster(value: relax.Expr) -> int | None:
+    """The reading cluster of a :data:`BOUNDARY` marker or a :data:`GATHER` (its last
+    argument), else None."""
+    if _packed(value, BOUNDARY) or _packed(value, GATHER) or _packed(value, SLICED_ADD):
+        return int(value.args[-1].value)
+    return None
+
+
+def drop_boundaries(mod: tvm.IRModule, target: str | tvm.target.Target = "llvm"
+                    ) -> tvm.IRModule:
+    """``mod`` with every :data:`BOUNDARY` marker of ``main`` replaced by its operand and every
+    :data:`GATHER` by a ``call_tir`` of a concat kernel (legalized for ``target``, once per
+    shapes, dtype and axis)."""
     main = mod["main"]
     replace: dict[relax.Var, relax.Expr] = {}
+    kernels: dict[tuple, tvm.ir.GlobalVar] = {}
+    builder = relax.BlockBuilder(mod)  # adds the concat kernels
     blocks = []
     for block in main.body.blocks:
         bindings = []
@@ -798,11 +850,60 @@ def drop_boundaries(mod: tvm.IRModule) -> tvm.IRModule:
                 replace[binding.var] = replace.get(value.args[1], value.args[1])
                 continue
             new_value = _map_operands(value, lambda v: replace.get(v, v))
+            if _packed(value, GATHER):
+                pieces = list(new_value.args[1:-2])
+                axis = int(value.args[-2].value)
+                key = (tuple(tuple(_shape(p)) for p in pieces), str(pieces[0].ty.dtype), axis)
+                if key not in kernels:
+                    kernels[key] = builder.add_func(_concat_kernel(pieces, axis, target),
+                                                    "concatenate")
+                new_value = relax.call_tir(kernels[key], relax.Tuple(pieces), binding.var.ty)
+            elif _packed(value, SLICED_ADD):
+                a, b = new_value.args[1:3]
+                axis, begin = (int(v.value) for v in value.args[3:5])
+                key = (tuple(_shape(a)), tuple(_shape(b)), str(a.ty.dtype), axis, begin)
+                if key not in kernels:
+                    kernels[key] = builder.add_func(_sliced_add_kernel(*key),
+                                                    "fused_strided_slice_add")
+                new_value = relax.call_tir(kernels[key], relax.Tuple([a, b]), binding.var.ty)
             bindings.append(relax.VarBinding(binding.var, new_value))
         blocks.append(type(block)(bindings))
     body = relax.SeqExpr(blocks, _map_operands(main.body.body, lambda v: replace.get(v, v)))
-    return _with_main(mod, relax.Function(main.params, body, main.ret_ty, main.is_pure,
-                                          main.attrs))
+    return _with_main(builder.get() if kernels else mod, relax.Function(
+        main.params, body, main.ret_ty, main.is_pure, main.attrs))
+
+
+def _sliced_add_kernel(shape: tuple[int, ...], part_shape: tuple[int, ...], dtype: str,
+                       axis: int, begin: int) -> tvm.tirx.PrimFunc:
+    """The PrimFunc of :data:`SLICED_ADD`: a strided slice (in a ``T_strided_slice`` block, as
+    TOPI names it, which :func:`~.analysis.extract_op_graph.sliced_fractions` reads as
+    sliced) added to the first operand."""
+    a = te.placeholder(shape, dtype, "a")
+    b = te.placeholder(part_shape, dtype, "b")
+    piece = b
+    if tuple(part_shape) != tuple(shape):
+        piece = te.compute(shape, lambda *i: b(*i[:axis], i[axis] + begin, *i[axis + 1:]),
+                           name="T_strided_slice_with_axes")
+    total = te.compute(shape, lambda *i: a(*i) + piece(*i), name="T_add")
+    func = te.create_prim_func([a, b, total]).without_attr("global_symbol")
+    return func.with_attr("op_pattern", 2)  # injective, as AnnotateTIROpPattern finds it
+
+
+def _concat_kernel(pieces: list[relax.Var], axis: int, target: str | tvm.target.Target
+                   ) -> tvm.tirx.PrimFunc:
+    """The PrimFunc concatenating tensors shaped as ``pieces`` along ``axis``, as LegalizeOps
+    and AnnotateTIROpPattern make it for ``target``."""
+    bb = relax.BlockBuilder()
+    params = [relax.Var(f"x{i}", p.ty) for i, p in enumerate(pieces)]
+    with bb.function("main", params):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.concat(params, axis=axis))
+        bb.emit_func_output(out)
+    lowering = [relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern()]
+    with tvm.target.Target(target) if isinstance(target, str) else target:
+        lowered = tvm.transform.Sequential(lowering)(bb.get())
+    (kernel,) = [f for gv, f in lowered.functions_items() if gv.name_hint != "main"]
+    return kernel
 
 
 def planned_clusters(mod: tvm.IRModule, op_cluster: Sequence[int],
@@ -886,12 +987,13 @@ def distribute_and_reduce(mod: tvm.IRModule, splits: Sequence[DistributedSplit],
         for binding in block.bindings:
             if binding.var in cluster_of:
                 continue
-            if _is_marker(binding.value):
-                cluster_of[binding.var] = int(binding.value.args[2].value)
+            reader = _crossing_cluster(binding.value)
+            if reader is not None:
+                cluster_of[binding.var] = reader
                 continue
             operands = [v for v in relax.analysis.free_vars(binding.value) if v in cluster_of]
             cluster_of[binding.var] = cluster_of[operands[0]] if operands else home
-    reduced = _by_level(drop_boundaries(reduced), cluster_of)
+    reduced = _by_level(drop_boundaries(reduced, target), cluster_of)
     clusters = [cluster_of[b.var] for block in reduced["main"].body.blocks
                 for b in block.bindings]
     return reduced, clusters
