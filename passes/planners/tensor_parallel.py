@@ -96,8 +96,8 @@ class TensorParallelPlanner:
     ----------
     max_parts : int, optional
         Most parts per op (default :data:`MAX_PARTS`, at most every cluster). A collective over
-        ``k`` clusters is realised as up to ``k^2`` point-to-point messages, each a binding of
-        the compiled module, so larger groups cost compile time quadratically.
+        ``k`` clusters is up to ``k^2`` point-to-point messages, and a reduce-scatter ``k^2``
+        additions, so larger groups cost compile time quadratically.
     sweeps : int, default 4
         Most passes of the search over the ops.
     batches : int, default 1
@@ -535,14 +535,14 @@ LAYOUTS = ("grid", "stages", "copies", "pooled")
 the whole grid, pipelines over regions, copies (of a plan or a pipeline), copies with a weight
 pool."""
 
-MAX_PARTS = 36
-"""Default most parts of one op (simba-6x6's 36 clusters). A ``k``-way collective is realised
-as up to ``k^2`` messages, and TVM's fusion takes time superlinear in the bindings: ResNet-50
-split 16, 32 and 64 ways realises to 29 k, 71 k and 302 k bindings, which ReduceGraph took
-19 s, 155 s and over 10 minutes to reduce while FuseOps was superlinear; since the boundary
-markers cut it (:mod:`~tvm_chiplet.passes.distribute_tensors`), a 32-way batch-1 plan on the 8x8
-mesh (63 k bindings) reduces in 15-30 s, and tensor-parallel with ``max_parts=64`` plans
-ResNet-50 there in 173 s, to a latency of 3.40x the bound (3.80x with the default)."""
+MAX_PARTS = 64
+"""Default most parts of one op (an 8x8 mesh's clusters). A ``k``-way collective is up to
+``k^2`` messages; realised compactly (:mod:`~tvm_chiplet.passes.distribute_tensors`: an
+all-gather is one binding per reader, a ring reduce-scatter one per step), ResNet-50 split 64
+ways on the 8x8 mesh at batch 1 plans in 78 s (2.87x the bound; 36 parts: 3.58x), BERT-base in
+89 s (2.86x; 3.63x). Before (a marker per message, 302 k bindings) the same plan took 208 s and
+larger groups were out of reach: TVM's fusion is superlinear in the bindings."""
+
 
 LAYER_SEQUENTIAL_DIMS = ("out_channels", "cols", "rows", "batch")
 """Dimensions the layer-sequential baseline splits along, in order of preference."""

@@ -7,8 +7,10 @@ import pytest
 import tvm
 from tvm import relax
 
+from tvm_chiplet.passes.analysis.extract_op_graph import sliced_fractions
 from tvm_chiplet.passes.distribute_tensors import (
     DistributedSplit,
+    distribute,
     distribute_and_reduce,
 )
 from tvm_chiplet.passes.planners import PlanningError
@@ -100,6 +102,37 @@ def test_a_partial_sum_followed_by_an_elementwise_op_is_reduce_scattered():
     half = 4 * 12 * 12 * 4
     assert sorted(crossings(reduced, clusters)) == sorted([
         (2 * half, 0, 2), (2 * half, 0, 3), (half, 2, 3), (half, 3, 2), (half, 3, 2)])
+
+
+def test_an_all_gather_is_one_concat_per_reader_of_the_parts_where_they_lie():
+    mod = conv_chain()
+    group = (0, 1, 2, 3)
+    splits = [DistributedSplit(0, "out_channels", group),
+              DistributedSplit(1, "out_channels", group)]
+    reduced, clusters = distribute_and_reduce(mod, splits, home=0)
+    check_numerics(mod, reduced, (1, 8, 12, 12))
+    bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
+    where = {b.var: c for b, c in zip(bindings, clusters, strict=True)}
+    # Every part of the second conv reads the whole first output: one concat kernel on its
+    # cluster, reading the three other parts where they were computed (no copies in between,
+    # no identity calls left from the reduction), all four calls of one PrimFunc.
+    gathers = [b for b in bindings if b.value.op.same_as(tvm.ir.Op.get("relax.call_tir"))
+               and "concatenate" in b.value.args[0].name_hint
+               and int(b.var.ty.shape.values[1]) == 16]  # the first conv's 16 channels
+    assert sorted(where[b.var] for b in gathers) == [0, 1, 2, 3]
+    for b in gathers:
+        assert sorted(where[v] for v in b.value.args[1].fields) == [0, 1, 2, 3]
+    assert len({b.value.args[0] for b in gathers}) == 1
+    assert not [b for b in bindings
+                if b.value.op.same_as(tvm.ir.Op.get("relax.call_pure_packed"))]
+    # Before the reduction, a gather is one binding per reader, not an identity marker per
+    # remote part (k^2 bindings of a k-way gather): only the model input is marked where read.
+    distributed, _ = distribute(mod, splits)
+    marked = {str(b.value.args[1].name) for block in distributed["main"].body.blocks
+              for b in block.bindings if isinstance(b.value, relax.Call)
+              and b.value.op.same_as(tvm.ir.Op.get("relax.call_pure_packed"))
+              and str(b.value.args[0].global_symbol) == "chiplet.boundary"}
+    assert marked == {"x"}
 
 
 def test_row_splits_exchange_only_the_halo_rows():
@@ -255,5 +288,13 @@ def test_a_reduce_scatter_over_a_ring_sums_the_slices_hop_by_hop_between_neighbo
         slices = [(src, dst) for nbytes, src, dst in crossings(reduced, clusters)
                   if nbytes == 12 * 12 * 4 and dst != 0]  # the final gather goes to 0
         hops[name] = sorted(len(topology.route(src, dst)) for src, dst in slices)
+        if given is not None:
+            # Each step of the ring is one kernel that adds its own slice to the running sum:
+            # it reads the slice of its partial (1 of 8 channels), not the whole partial.
+            steps = [b.value for block in reduced["main"].body.blocks for b in block.bindings
+                     if "strided_slice_add" in getattr(b.value.args[0], "name_hint", "")]
+            assert len(steps) >= 8 * 6
+            kernel = reduced[steps[0].args[0]]
+            assert sliced_fractions(kernel) == {1: 1 / 8}
     assert set(hops["ring"]) == {1}
     assert max(hops["direct"]) > 1
