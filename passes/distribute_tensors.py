@@ -15,7 +15,11 @@ layout gets a **redistribution**, built as explicit ops on the parts: every regi
 needs is cut where it lies (``strided_slice`` on the sender) and assembled where it is needed
 (``concat`` for all-gather, all-to-all and halo exchange, ``add`` for reduce and reduce-scatter),
 so only the bytes needed cross a link. The executor runs these ops; the simulator times their
-messages on the system's routes.
+messages on the system's routes. While the rewritten module is legalized and fused, a value read
+on another cluster goes through an identity marker, and the assembling ops that read many
+remote values (a gather's concat, a ring reduce-scatter's slice-and-add step) are single opaque
+calls that need none: a ``k``-way all-gather is ``k`` bindings, not ``k^2`` markers. Each becomes
+its kernel afterwards.
 
 A matmul of two activations (attention's scores and context) follows a sharded operand on a
 batch axis (the heads: both operands are cut alike, so every head stays local), the left's rows
@@ -825,8 +829,8 @@ def _is_marker(value: relax.Expr) -> bool:
 
 
 def _crossing_cluster(value: relax.Expr) -> int | None:
-    """The reading cluster of a :data:`BOUNDARY` marker or a :data:`GATHER` (its last
-    argument), else None."""
+    """The cluster a :data:`BOUNDARY` marker, a :data:`GATHER` or a :data:`SLICED_ADD` runs
+    on (its last argument), else None."""
     if _packed(value, BOUNDARY) or _packed(value, GATHER) or _packed(value, SLICED_ADD):
         return int(value.args[-1].value)
     return None
@@ -834,9 +838,9 @@ def _crossing_cluster(value: relax.Expr) -> int | None:
 
 def drop_boundaries(mod: tvm.IRModule, target: str | tvm.target.Target = "llvm"
                     ) -> tvm.IRModule:
-    """``mod`` with every :data:`BOUNDARY` marker of ``main`` replaced by its operand and every
-    :data:`GATHER` by a ``call_tir`` of a concat kernel (legalized for ``target``, once per
-    shapes, dtype and axis)."""
+    """``mod`` with every :data:`BOUNDARY` marker of ``main`` replaced by its operand, every
+    :data:`GATHER` by a ``call_tir`` of a concat kernel (legalized for ``target``) and every
+    :data:`SLICED_ADD` by one of a sliced-add kernel, each kernel made once per signature."""
     main = mod["main"]
     replace: dict[relax.Var, relax.Expr] = {}
     kernels: dict[tuple, tvm.ir.GlobalVar] = {}
@@ -863,8 +867,9 @@ def drop_boundaries(mod: tvm.IRModule, target: str | tvm.target.Target = "llvm"
                 axis, begin = (int(v.value) for v in value.args[3:5])
                 key = (tuple(_shape(a)), tuple(_shape(b)), str(a.ty.dtype), axis, begin)
                 if key not in kernels:
-                    kernels[key] = builder.add_func(_sliced_add_kernel(*key),
-                                                    "fused_strided_slice_add")
+                    kernels[key] = builder.add_func(
+                        _sliced_add_kernel(*key),
+                        "add" if key[0] == key[1] else "fused_strided_slice_add")
                 new_value = relax.call_tir(kernels[key], relax.Tuple([a, b]), binding.var.ty)
             bindings.append(relax.VarBinding(binding.var, new_value))
         blocks.append(type(block)(bindings))
