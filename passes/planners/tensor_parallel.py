@@ -541,7 +541,8 @@ MAX_PARTS = 64
 all-gather is one binding per reader, a ring reduce-scatter one per step), ResNet-50 split 64
 ways on the 8x8 mesh at batch 1 plans in 75 s (2.87x the bound; 36 parts: 3.58x), BERT-base in
 92 s (2.86x; 3.63x) (``tools/bench/results/strategies-large-64parts``). Before (a marker per
-message, 302 k bindings) the same plan took 208 s: TVM's fusion is superlinear in the bindings.
+message, 302 k bindings) the same plan took 167 s, side by side: TVM's fusion is superlinear in
+the bindings.
 More parts do not pay on the 16x16 mesh: ResNet-50 with 256 is 12.6x the bound, with 64 11.5x."""
 
 LAYER_SEQUENTIAL_DIMS = ("out_channels", "cols", "rows", "batch")
