@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import tvm
@@ -836,7 +837,7 @@ def _crossing_cluster(value: relax.Expr) -> int | None:
     return None
 
 
-def drop_boundaries(mod: tvm.IRModule, target: str | tvm.target.Target = "llvm"
+def lower_crossings(mod: tvm.IRModule, target: str | tvm.target.Target = "llvm"
                     ) -> tvm.IRModule:
     """``mod`` with every :data:`BOUNDARY` marker of ``main`` replaced by its operand, every
     :data:`GATHER` by a ``call_tir`` of a concat kernel (legalized for ``target``) and every
@@ -844,7 +845,13 @@ def drop_boundaries(mod: tvm.IRModule, target: str | tvm.target.Target = "llvm"
     main = mod["main"]
     replace: dict[relax.Var, relax.Expr] = {}
     kernels: dict[tuple, tvm.ir.GlobalVar] = {}
-    builder = relax.BlockBuilder(mod)  # adds the concat kernels
+    builder = relax.BlockBuilder(mod)  # adds the kernels
+
+    def call(key: tuple, make, name: str, args: list[relax.Expr], ty) -> relax.Call:
+        if key not in kernels:
+            kernels[key] = builder.add_func(make(), name)
+        return relax.call_tir(kernels[key], relax.Tuple(args), ty)
+
     blocks = []
     for block in main.body.blocks:
         bindings = []
@@ -858,19 +865,15 @@ def drop_boundaries(mod: tvm.IRModule, target: str | tvm.target.Target = "llvm"
                 pieces = list(new_value.args[1:-2])
                 axis = int(value.args[-2].value)
                 key = (tuple(tuple(_shape(p)) for p in pieces), str(pieces[0].ty.dtype), axis)
-                if key not in kernels:
-                    kernels[key] = builder.add_func(_concat_kernel(pieces, axis, target),
-                                                    "concatenate")
-                new_value = relax.call_tir(kernels[key], relax.Tuple(pieces), binding.var.ty)
+                new_value = call(key, partial(_concat_kernel, pieces, axis, target),
+                                 "concatenate", pieces, binding.var.ty)
             elif _packed(value, SLICED_ADD):
                 a, b = new_value.args[1:3]
                 axis, begin = (int(v.value) for v in value.args[3:5])
                 key = (tuple(_shape(a)), tuple(_shape(b)), str(a.ty.dtype), axis, begin)
-                if key not in kernels:
-                    kernels[key] = builder.add_func(
-                        _sliced_add_kernel(*key),
-                        "add" if key[0] == key[1] else "fused_strided_slice_add")
-                new_value = relax.call_tir(kernels[key], relax.Tuple([a, b]), binding.var.ty)
+                new_value = call(key, partial(_sliced_add_kernel, *key),
+                                 "add" if key[0] == key[1] else "fused_strided_slice_add",
+                                 [a, b], binding.var.ty)
             bindings.append(relax.VarBinding(binding.var, new_value))
         blocks.append(type(block)(bindings))
     body = relax.SeqExpr(blocks, _map_operands(main.body.body, lambda v: replace.get(v, v)))
@@ -998,7 +1001,7 @@ def distribute_and_reduce(mod: tvm.IRModule, splits: Sequence[DistributedSplit],
                 continue
             operands = [v for v in relax.analysis.free_vars(binding.value) if v in cluster_of]
             cluster_of[binding.var] = cluster_of[operands[0]] if operands else home
-    reduced = _by_level(drop_boundaries(reduced, target), cluster_of)
+    reduced = _by_level(lower_crossings(reduced, target), cluster_of)
     clusters = [cluster_of[b.var] for block in reduced["main"].body.blocks
                 for b in block.bindings]
     return reduced, clusters

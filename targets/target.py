@@ -41,7 +41,7 @@ KNOWN_OPTIONS: dict[str, str] = {
                  "time, throughput or latency also set the inputs a strategy such as pipeline "
                  "or tensor-parallel plans for",
     "max-parts": "most clusters strategy tensor-parallel splits one op over (an integer, "
-                 "default 36): more lowers batch-1 latency on large systems, and planning "
+                 "default 64): more lowers batch-1 latency on large systems, and planning "
                  "takes longer (a collective over k clusters is up to k^2 messages)",
 }
 
