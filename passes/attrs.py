@@ -17,6 +17,7 @@ ATTR_STAGE = "chiplet.stage"  # call_tir call: the pipeline stage of the op
 ATTR_OP_ID = "chiplet.op_id"  # call_tir call: the op's position in the planned ``main``
 ATTR_SEGMENT = "chiplet.segment"  # segment function: its index in call order
 ATTR_PLACEMENT = "chiplet.placement"  # module: JSON of strategy, objective and notes
+ATTR_IN_PLACE = "chiplet.in_place"  # PrimFunc: assembles operands written in place (no bytes)
 
 
 def call_placement(value: relax.Expr) -> tuple[int, int, int] | None:

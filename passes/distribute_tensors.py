@@ -43,6 +43,7 @@ import tvm
 from tvm import relax, te
 
 from tvm_chiplet.passes.analysis.batch_axis import ELEMENTWISE_OPS
+from tvm_chiplet.passes.attrs import ATTR_IN_PLACE
 from tvm_chiplet.passes.fold_constant_calls import FoldConstantCalls
 from tvm_chiplet.passes.legalize_once import LegalizeOnce
 from tvm_chiplet.passes.planners.placement import PlanningError
@@ -900,7 +901,9 @@ def _sliced_add_kernel(shape: tuple[int, ...], part_shape: tuple[int, ...], dtyp
 def _concat_kernel(pieces: list[relax.Var], axis: int, target: str | tvm.target.Target
                    ) -> tvm.tirx.PrimFunc:
     """The PrimFunc concatenating tensors shaped as ``pieces`` along ``axis``, as LegalizeOps
-    and AnnotateTIROpPattern make it for ``target``."""
+    and AnnotateTIROpPattern make it for ``target``, marked :data:`~.attrs.ATTR_IN_PLACE`: on
+    the device the pieces are written into the assembled buffer as they arrive (the host runs
+    the concat)."""
     bb = relax.BlockBuilder()
     params = [relax.Var(f"x{i}", p.ty) for i, p in enumerate(pieces)]
     with bb.function("main", params):
@@ -911,7 +914,7 @@ def _concat_kernel(pieces: list[relax.Var], axis: int, target: str | tvm.target.
     with tvm.target.Target(target) if isinstance(target, str) else target:
         lowered = tvm.transform.Sequential(lowering)(bb.get())
     (kernel,) = [f for gv, f in lowered.functions_items() if gv.name_hint != "main"]
-    return kernel
+    return kernel.with_attr(ATTR_IN_PLACE, True).with_attr("estimated_flops", 0)
 
 
 def planned_clusters(mod: tvm.IRModule, op_cluster: Sequence[int],

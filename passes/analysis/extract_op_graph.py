@@ -17,7 +17,7 @@ import tvm_ffi
 from tvm import relax
 
 from tvm_chiplet.passes.analysis.op_graph import OpGraph, OpNode
-from tvm_chiplet.passes.attrs import CALL_TIR
+from tvm_chiplet.passes.attrs import ATTR_IN_PLACE, CALL_TIR
 from tvm_chiplet.targets.system import DTYPE_BYTES
 
 # Kinds of the "op_pattern" attribute that relax.transform.AnnotateTIROpPattern writes.
@@ -244,6 +244,20 @@ def operand_bytes(mod: tvm.IRModule, call: relax.Call, sizes: dict[relax.Var, in
     return read_bytes(call.args[0].name_hint, total, output_bytes)
 
 
+def moved_bytes(mod: tvm.IRModule, call: relax.Call, sizes: dict[relax.Var, int],
+                output_bytes: int, cache: dict) -> tuple[int, int]:
+    """(bytes read, bytes written) of a ``call_tir``'s tensors on its cluster: its operands as
+    :func:`operand_bytes` counts them, and its output. A kernel marked :data:`ATTR_IN_PLACE`
+    (an all-gather's or halo exchange's concat) moves none: the network writes each received
+    piece into place in the assembled buffer, and the local piece's producer writes there too,
+    as accelerators' DMA engines and buffer allocators do, so no copy runs."""
+    func = mod[call.args[0]]
+    if isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None \
+            and ATTR_IN_PLACE in func.attrs:
+        return 0, 0
+    return operand_bytes(mod, call, sizes, output_bytes, cache), output_bytes
+
+
 def _read_fractions(mod: tvm.IRModule, call: relax.Call, cache: dict) -> dict[relax.Var, float]:
     """The fraction of each Var operand of a ``call_tir`` its kernel reads
     (:func:`sliced_fractions`, cached per kernel); operands read whole are left out."""
@@ -310,10 +324,10 @@ def extract_op_graph(mod: tvm.IRModule, device_dtype: str | None = None) -> OpGr
                 graph.add_edge(defined_by[var], op_id, nbytes=nbytes)
             elif var in param_index:
                 input_uses[param_index[var]].append(op_id)
-        input_bytes = (operand_bytes(mod, value, sizes, out_bytes, slice_cache)
-                       if kind == "call_tir" else sum(sizes.values()))
+        input_bytes, written = (moved_bytes(mod, value, sizes, out_bytes, slice_cache)
+                                if kind == "call_tir" else (sum(sizes.values()), out_bytes))
         defined_by[binding.var] = op_id
-        ops.append(OpNode(op_id, name, kind, flops, input_bytes, out_bytes, weight_bytes))
+        ops.append(OpNode(op_id, name, kind, flops, input_bytes, written, weight_bytes))
 
     output_ops = [defined_by[var] for var in _value_vars(func.body.body) if var in defined_by]
     return OpGraph(

@@ -13,7 +13,7 @@ from tvm_chiplet.passes.analysis.extract_op_graph import (
     call_tir_weight_bytes,
     has_static_shape,
     main_bindings,
-    operand_bytes,
+    moved_bytes,
     tensor_bytes,
 )
 from tvm_chiplet.passes.attrs import ATTR_CLUSTER, CALL_TIR, call_placement
@@ -162,8 +162,7 @@ def _segment_tasks(mod, func, segment, producers, tasks, data_dependent, flop_ca
                     deps[producer] = deps.get(producer, 0) + nbytes
             weight_bytes = call_tir_weight_bytes(value, device_dtype)
             output = tensor_bytes(binding.var.ty, binding.var.name, device_dtype)
-            moved = operand_bytes(mod, value, sizes, output, slice_cache)
-            moved += output + weight_bytes
+            read, written = moved_bytes(mod, value, sizes, output, slice_cache)
             tasks.append(
                 Task(
                     op_id=op_id,
@@ -172,10 +171,10 @@ def _segment_tasks(mod, func, segment, producers, tasks, data_dependent, flop_ca
                     cluster=segment.cluster,
                     stage=stage,
                     flops=call_flops(mod, value, flop_cache),
-                    bytes_moved=moved,
+                    bytes_moved=read + written + weight_bytes,
                     weight_bytes=weight_bytes,
                     deps=[[p, b] for p, b in sorted(deps.items())],
-                    output_bytes=output,
+                    output_bytes=written,
                 )
             )
             origin[binding.var] = {len(tasks) - 1}

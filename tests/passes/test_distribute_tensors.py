@@ -7,7 +7,7 @@ import pytest
 import tvm
 from tvm import relax
 
-from tvm_chiplet.passes.analysis.extract_op_graph import sliced_fractions
+from tvm_chiplet.passes.analysis.extract_op_graph import extract_op_graph, sliced_fractions
 from tvm_chiplet.passes.distribute_tensors import (
     DistributedSplit,
     distribute,
@@ -123,6 +123,14 @@ def test_an_all_gather_is_one_concat_per_reader_of_the_parts_where_they_lie():
     for b in gathers:
         assert sorted(where[v] for v in b.value.args[1].fields) == [0, 1, 2, 3]
     assert len({b.value.args[0] for b in gathers}) == 1
+    # On the device the pieces land in place in the gathered buffer: the concat moves nothing
+    # on its cluster (the messages carry the bytes); the convolutions read and write theirs.
+    ops = extract_op_graph(reduced).ops
+    gathered = {b.var for b in gathers}
+    assert [(ops[i].bytes_moved, ops[i].flops) for i, b in enumerate(bindings)
+            if b.var in gathered] == [(0, 0.0)] * 4
+    assert all(ops[i].bytes_moved > 0 for i, b in enumerate(bindings)
+               if "conv2d" in b.value.args[0].name_hint)
     assert not [b for b in bindings
                 if b.value.op.same_as(tvm.ir.Op.get("relax.call_pure_packed"))]
     # Before the reduction, a gather is one binding per reader, not an identity marker per
