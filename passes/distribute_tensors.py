@@ -46,7 +46,7 @@ from tvm_chiplet.passes.analysis.batch_axis import ELEMENTWISE_OPS
 from tvm_chiplet.passes.attrs import ATTR_IN_PLACE
 from tvm_chiplet.passes.fold_constant_calls import FoldConstantCalls
 from tvm_chiplet.passes.legalize_once import LegalizeOnce
-from tvm_chiplet.passes.planners.placement import PlanningError
+from tvm_chiplet.passes.planners.placement import PlanningError, tiles_by
 from tvm_chiplet.passes.reduce_graph import ReduceGraph
 from tvm_chiplet.passes.split_operators import (
     AnchorInfo,
@@ -113,6 +113,26 @@ class _Sharded:
 
 
 @dataclass(frozen=True)
+class _Tiled:
+    """Row bands (axis 2) by channel slices (axis 1) of an NCHW tensor, a 2-D split's output:
+    part ``p`` is band ``p // n`` (rows ``rows[p // n]``) and slice ``p % n`` (channels
+    ``channels[p % n]``), ``n = len(channels)``, on ``clusters[p]``."""
+
+    rows: tuple[tuple[int, int], ...]
+    channels: tuple[tuple[int, int], ...]
+    parts: tuple[relax.Var, ...]
+    clusters: tuple[int, ...]
+
+    def box(self, p: int) -> dict[int, tuple[int, int]]:
+        """Part ``p``'s region: ``{axis: (begin, end)}``."""
+        n = len(self.channels)
+        return {_ROWS: self.rows[p // n], _CHANNELS: self.channels[p % n]}
+
+
+_CHANNELS, _ROWS = 1, 2  # axes of an NCHW tensor
+
+
+@dataclass(frozen=True)
 class _Partial:
     parts: tuple[relax.Var, ...]
     clusters: tuple[int, ...]
@@ -157,6 +177,7 @@ class _Distributor:
         self.cluster_of: dict[relax.Var, int] = {}
         self._crossing: dict[tuple[relax.Var, int], relax.Var] = {}
         self._whole: dict[tuple[relax.Var, int], relax.Expr] = {}
+        self._cuts: dict[tuple, relax.Expr] = {}  # (var, box): its slice, cut once
         self.users: dict[relax.Var, list[relax.VarBinding]] = {}  # the bindings reading a Var
 
     # -- emitting ------------------------------------------------------------------------------
@@ -209,6 +230,8 @@ class _Distributor:
             if isinstance(layout, _Sharded):
                 size = layout.bounds[-1][1]
                 self._whole[key] = self.region(value, layout.axis, 0, size, cluster)
+            elif isinstance(layout, _Tiled):
+                self._whole[key] = self._tiled_region(layout, value.name, {}, cluster)
             else:
                 self._whole[key] = self._sum(
                     [self.use(p, cluster) for p in layout.parts], value.name, cluster
@@ -234,6 +257,8 @@ class _Distributor:
             pieces = [self.use(self._slice(p, axis, lo, hi, f"{name}_cut", c), cluster)
                       for p, c in zip(layout.parts, layout.clusters, strict=True)]
             return self._sum(pieces, name, cluster)
+        if isinstance(layout, _Tiled):
+            return self._tiled_region(layout, name, {axis: (lo, hi)}, cluster)
         pieces = []
         for part, (begin, end), c in zip(layout.parts, layout.bounds, layout.clusters,
                                          strict=True):
@@ -248,6 +273,73 @@ class _Distributor:
         if len(pieces) == 1:
             return self.use(pieces[0], cluster)
         return self._gather(pieces, layout.axis, f"{name}_gathered", cluster)
+
+    def _tiled_region(self, layout: _Tiled, name: str, box: dict[int, tuple[int, int]],
+                      cluster: int) -> relax.Expr:
+        """The region ``box`` (``{axis: (begin, end)}``, other axes whole) of a tiled value on
+        ``cluster``: each band's slices cut where they lie and gathered along the channels,
+        then the bands along the rows."""
+        n = len(layout.channels)
+        bands = []
+        for i, (r0, r1) in enumerate(layout.rows):
+            lo, hi = box.get(_ROWS, (r0, r1))
+            rows = (max(lo, r0), min(hi, r1))
+            if rows[0] >= rows[1]:
+                continue
+            cells = []
+            for j, (c0, c1) in enumerate(layout.channels):
+                lo, hi = box.get(_CHANNELS, (c0, c1))
+                channels = (max(lo, c0), min(hi, c1))
+                if channels[0] >= channels[1]:
+                    continue
+                own = {**box, _ROWS: (rows[0] - r0, rows[1] - r0),
+                       _CHANNELS: (channels[0] - c0, channels[1] - c0)}
+                p = i * n + j
+                cells.append(self._cut(layout.parts[p], own, f"{name}_cut", layout.clusters[p]))
+            bands.append(cells[0] if len(cells) == 1
+                         else self._gather(cells, _CHANNELS, f"{name}_band", cluster))
+        if len(bands) == 1:
+            return self.use(bands[0], cluster)
+        return self._gather(bands, _ROWS, f"{name}_gathered", cluster)
+
+    def _cut(self, var: relax.Var, box: dict[int, tuple[int, int]], name: str, cluster: int
+             ) -> relax.Expr:
+        """The region ``box`` of ``var`` (on ``cluster``), as one slice made once however many
+        clusters read it."""
+        shape = _shape(var)
+        box = {axis: span for axis, span in sorted(box.items()) if span != (0, shape[axis])}
+        if not box:
+            return var
+        key = (var, tuple(box.items()))
+        if key not in self._cuts:
+            self._cuts[key] = self.emit(relax.op.strided_slice(
+                var, axes=list(box), begin=[b for b, _ in box.values()],
+                end=[e for _, e in box.values()]), name, cluster)
+        return self._cuts[key]
+
+    def _operand_box(self, operand: relax.Expr, out_rank: int, box: dict[int, tuple[int, int]],
+                     cluster: int) -> relax.Expr:
+        """The part of an elementwise operand that the output region ``box`` reads (axes it
+        broadcasts along are read whole)."""
+        shape = static_shape(operand) or []
+        own = {axis - (out_rank - len(shape)): span for axis, span in box.items()}
+        own = {axis: span for axis, span in own.items() if axis >= 0 and shape[axis] != 1}
+        if not own:
+            return self.whole(operand, cluster)
+        value = self.resolve(operand)
+        layout = self.layout.get(value) if isinstance(value, relax.Var) else None
+        if isinstance(layout, _Tiled):
+            return self._tiled_region(layout, value.name, own, cluster)
+        (axis, (lo, hi)), *rest = own.items()
+        piece = self.region(operand, axis, lo, hi, cluster)
+        if isinstance(piece, tvm.ir.expr.Constant):
+            array = piece.value.numpy()
+            index = [slice(None)] * array.ndim
+            for other, (b, e) in rest:
+                index[other] = slice(b, e)
+            return relax.const(np.ascontiguousarray(array[tuple(index)]), str(piece.ty.dtype))
+        return self._cut(piece, {other: span for other, span in rest},
+                         f"{getattr(value, 'name', 'const')}_cut", cluster) if rest else piece
 
     def _gather(self, pieces: list[relax.Var], axis: int, name: str, cluster: int) -> relax.Var:
         """``pieces`` concatenated along ``axis`` on ``cluster``. When some of them lie on other
@@ -427,7 +519,7 @@ class _Distributor:
             layout = self.layout.get(v)
             if isinstance(layout, _Whole) and layout.cluster is not None:
                 held[layout.cluster] = held.get(layout.cluster, 0) + _nbytes(v)
-            elif isinstance(layout, (_Sharded, _Partial)):
+            elif isinstance(layout, (_Sharded, _Partial, _Tiled)):
                 for part, c in zip(layout.parts, layout.clusters, strict=True):
                     held[c] = held.get(c, 0) + _nbytes(part)
         if not held:
@@ -439,8 +531,8 @@ class _Distributor:
         name = call.op.name
         args = [self.resolve(a) for a in call.args]
         tensors = [a for a in args if isinstance(a, relax.Var)
-                   and isinstance(self.layout.get(a), (_Whole, _Sharded, _Partial))]
-        if not any(isinstance(self.layout[a], (_Sharded, _Partial)) for a in tensors):
+                   and isinstance(self.layout.get(a), (_Whole, _Sharded, _Partial, _Tiled))]
+        if not any(isinstance(self.layout[a], (_Sharded, _Partial, _Tiled)) for a in tensors):
             return None
         out = static_shape(var)
         if out is None or None in out:
@@ -448,8 +540,11 @@ class _Distributor:
         if name in ELEMENTWISE_OPS:
             if self._gather_is_cheaper(var, call, tensors):
                 return None
-            source = next(a for a in tensors if isinstance(self.layout[a], (_Sharded, _Partial)))
+            source = next(a for a in tensors
+                          if isinstance(self.layout[a], (_Sharded, _Partial, _Tiled)))
             layout = self.layout[source]
+            if isinstance(layout, _Tiled):
+                return self._follow_tiles(var, call, args, layout, source)
             if isinstance(layout, _Partial):
                 layout = self.reduce_scatter(source)
             axis = layout.axis + len(out) - len(_shape(source))
@@ -457,6 +552,8 @@ class _Distributor:
                 return None
             return self._parts(var, call, args, axis, layout.bounds, layout,
                                lambda a, b, e, c: self._operand_region(a, len(out), axis, b, e, c))
+        if any(isinstance(self.layout[a], _Tiled) for a in tensors):
+            return None  # read whole, gathered where the op runs
         if name == "relax.matmul":
             return self._follow_matmul(var, call, args, len(out))
         data = args[0]
@@ -488,6 +585,22 @@ class _Distributor:
                 return None
         return self._parts(var, call, args, axis, bounds, layout, lambda a, b, e, c: (
             self.region(a, layout.axis, b, e, c) if a.same_as(data) else self.whole(a, c)))
+
+    def _follow_tiles(self, var: relax.Var, call: relax.Call, args: list[relax.Expr],
+                      layout: _Tiled, source: relax.Var) -> _Tiled | None:
+        """An elementwise op following a tiled operand: one call per tile, each reading its
+        region of every operand (the tile itself of an operand tiled alike)."""
+        out = _shape(var)
+        if len(out) != 4 or out[1:3] != _shape(source)[1:3]:
+            return None
+        parts = []
+        for p, c in enumerate(layout.clusters):
+            box = layout.box(p)
+            new_args = [self._operand_box(a, len(out), box, c)
+                        if isinstance(a, (relax.Var, tvm.ir.expr.Constant)) else a for a in args]
+            parts.append(self.emit(relax.Call(call.op, new_args, call.attrs, call.ty_args),
+                                   f"{var.name}_p{p}", c))
+        return _Tiled(layout.rows, layout.channels, tuple(parts), layout.clusters)
 
     def _follow_matmul(self, var: relax.Var, call: relax.Call, args: list[relax.Expr],
                        rank: int) -> _Sharded | None:
@@ -594,6 +707,17 @@ class _Distributor:
     # -- anchors -------------------------------------------------------------------------------
 
     def _anchor(self, var: relax.Var, call: relax.Call, dim: str, clusters: tuple[int, ...]):
+        by = tiles_by(dim)
+        if by is not None:
+            out = _shape(var)
+            rows = tuple(even_bounds(out[_ROWS], len(clusters) // by))
+            channels = tuple(even_bounds(out[_CHANNELS], by))
+            parts = []
+            for p, c in enumerate(clusters):
+                (b, e), (c0, c1) = rows[p // by], channels[p % by]
+                parts.append(self.emit(self._conv2d_part(call, "rows", b, e, c, (c0, c1)),
+                                       f"{var.name}_p{p}", c))
+            return _Tiled(rows, channels, tuple(parts), clusters)
         size = _anchor_size(call, dim)
         bounds = tuple(even_bounds(size, len(clusters)))
         conv = call.op.same_as(_CONV2D)
@@ -612,7 +736,10 @@ class _Distributor:
                     "cols": len(out) - 1}[dim]
         return _Sharded(axis, bounds, tuple(parts), clusters)
 
-    def _conv2d_part(self, call: relax.Call, dim: str, b: int, e: int, c: int) -> relax.Expr:
+    def _conv2d_part(self, call: relax.Call, dim: str, b: int, e: int, c: int,
+                     channels: tuple[int, int] | None = None) -> relax.Expr:
+        """Part ``[b, e)`` of ``dim`` of a conv2d on cluster ``c``; a row band's part only
+        computes the output ``channels`` given (a 2-D split's tile)."""
         data, weight = call.args
         groups = int(call.attrs.groups)
         if dim == "batch":
@@ -635,7 +762,9 @@ class _Distributor:
         if pad_top or pad_bottom:
             rows = self.emit(relax.op.nn.pad(rows, [0, 0, 0, 0, pad_top, pad_bottom, 0, 0]),
                              "rows_padded", c)
-        return conv2d_like(call, rows, self.whole(weight, c), padding=[0, left, 0, right])
+        kernel = (self.whole(weight, c) if channels is None
+                  else self.region(weight, 0, *channels, c))
+        return conv2d_like(call, rows, kernel, padding=[0, left, 0, right])
 
     def _matmul_part(self, call: relax.Call, dim: str, b: int, e: int, c: int) -> relax.Expr:
         x, w = call.args
@@ -775,7 +904,7 @@ def _distribute(mod: tvm.IRModule, splits: Sequence[DistributedSplit],
                     source = dist.resolve(binding.var)
                     layout = dist.layout.get(source) if isinstance(source, relax.Var) else None
                     at = getattr(layout, "cluster", None)
-                    if isinstance(layout, (_Sharded, _Partial)):
+                    if isinstance(layout, (_Sharded, _Partial, _Tiled)):
                         at = layout.clusters[0]
                     at = dist.home if at is None else at
                     whole = dist.whole(source, at)

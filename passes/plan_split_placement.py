@@ -82,10 +82,11 @@ def split_problem(mod: tvm.IRModule, reduced: tvm.IRModule, system: ChipletSyste
     follow_ops = {op_id: math.prod(a.output_shape[:-2]) for op_id, a in zip(op_ids, anchors,
                                                                            strict=True)
                   if a.activations}
+    halos = {op_id: a.halo for op_id, a in zip(op_ids, anchors, strict=True) if a.halo[0]}
     topology = Topology(system)
     realiser = SplitRealiser(mod, op_ids, system.device_dtype, target, topology)
     return PlanningProblem(graph, system, topology, split_dims, simulator,
-                           realiser, follow_ops), op_ids
+                           realiser, follow_ops, halos), op_ids
 
 
 class SplitRealiser:

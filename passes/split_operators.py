@@ -10,7 +10,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from tvm_chiplet.passes.planners.placement import REDUCTION_DIMS, PlanningError
+from tvm_chiplet.passes.planners.placement import REDUCTION_DIMS, PlanningError, tiles_by
 from tvm_chiplet.passes.replicate_data_parallel import replica_batches
 
 _CONV2D = tvm.ir.Op.get("relax.nn.conv2d")
@@ -39,6 +39,9 @@ class AnchorInfo:
         attention's scores and context, or with weights passed as parameters):
         DistributeTensors can then run it following a sharded operand's layout, part by part,
         without a split of its own.
+    halo : tuple of int
+        A conv2d's (input rows a row band reads beyond its share, input rows): its kernel's
+        extent less its stride, for a row split's halo; ``(0, 0)`` otherwise.
     """
 
     index: int
@@ -46,6 +49,7 @@ class AnchorInfo:
     dims: dict[str, int]
     output_shape: tuple[int, ...]
     activations: bool = False
+    halo: tuple[int, int] = (0, 0)
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,16 @@ def _conv2d_dims(call: relax.Call) -> dict[str, int]:
         "rows": out[2] if None not in (data[2], weight[2]) else None,
     }
     return {dim: size for dim, size in sizes.items() if size is not None}
+
+
+def _conv2d_halo(call: relax.Call) -> tuple[int, int]:
+    """(rows a row band reads beyond its share, input rows) of a conv2d (see
+    :attr:`AnchorInfo.halo`)."""
+    data, weight = static_shape(call.args[0]), static_shape(call.args[1])
+    if data is None or weight is None or None in (data[2], weight[2]):
+        return 0, 0
+    extent = (weight[2] - 1) * int(call.attrs.dilation[0]) + 1
+    return max(extent - int(call.attrs.strides[0]), 0), data[2]
 
 
 def matmul_batch_operands(a: list, b: list, out: list) -> list[int] | None:
@@ -133,7 +147,8 @@ def anchor_bindings(mod: tvm.IRModule) -> list[tuple[relax.VarBinding, AnchorInf
             shape = tuple(-1 if d is None else d for d in out)
             activations = op == "matmul" and not any(isinstance(a, tvm.ir.expr.Constant)
                                                      for a in call.args)
-            found.append((binding, AnchorInfo(len(found), op, dims, shape, activations)))
+            found.append((binding, AnchorInfo(len(found), op, dims, shape, activations,
+                                              _conv2d_halo(call) if op == "conv2d" else (0, 0))))
     return found
 
 
@@ -162,6 +177,24 @@ def check_split(split: AnchorSplit, anchors: list[AnchorInfo]) -> None:
             f"(conv2d / matmul calls in main's dataflow blocks){numbered}; see find_anchors(mod)"
         )
     info = anchors[split.anchor]
+    by = tiles_by(split.dim)
+    if by is not None:
+        if not {"rows", "out_channels", "in_channels"} <= set(info.dims):
+            raise PlanningError(
+                f"anchor {split.anchor} ({info.op}, output {list(info.output_shape)}) cannot be "
+                f"split along {split.dim!r}: a 2-D split cuts a conv2d (not grouped) into row "
+                "bands and output-channel slices; legal dims here: " + ", ".join(info.dims))
+        bands = split.parts // by
+        if split.parts % by or bands < 2:
+            raise PlanningError(
+                f"anchor {split.anchor} ({info.op}): a {split.dim} split needs a multiple of "
+                f"{by} parts, at least {2 * by} (two row bands or more), not {split.parts}")
+        if by > info.dims["out_channels"] or bands > info.dims["rows"]:
+            raise PlanningError(
+                f"anchor {split.anchor} ({info.op}) has {info.dims['rows']} rows and "
+                f"{info.dims['out_channels']} output channels, so it cannot be split into "
+                f"{bands} row bands of {by} channel slices")
+        return
     if split.dim not in info.dims:
         legal = ", ".join(info.dims) or "none (unsupported layout or symbolic shapes)"
         raise PlanningError(

@@ -41,8 +41,9 @@ KNOWN_OPTIONS: dict[str, str] = {
                  "time, throughput or latency also set the inputs a strategy such as pipeline "
                  "or tensor-parallel plans for",
     "max-parts": "most clusters strategy tensor-parallel splits one op over (an integer, "
-                 "default 64): more lowers batch-1 latency on large systems, and planning "
-                 "takes longer (a collective over k clusters is up to k^2 messages)",
+                 "default 64, and 256 for a conv2d's 2-D split into row bands by channel "
+                 "slices): more lowers batch-1 latency on large systems, and planning takes "
+                 "longer (a collective over k clusters is up to k^2 messages)",
 }
 
 _ACCEPTED = (

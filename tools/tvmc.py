@@ -387,8 +387,9 @@ def make_parser() -> argparse.ArgumentParser:
                            "throughput plan for 64 inputs, latency for one")
     comp.add_argument("--max-parts", type=int,
                       help="with tensor-parallel: most clusters one op is split over (default "
-                           "64); more lowers batch-1 latency on large systems and takes longer "
-                           "to plan")
+                           "64, and 256 for a conv2d split into row bands by channel slices); "
+                           "more lowers batch-1 latency on large systems and takes longer to "
+                           "plan")
     comp.add_argument("--input-shapes",
                       help="e.g. \"x:[1,3,224,224] mask:[1,128]\"; names may contain ':'; "
                            "quote names with spaces or commas: \"'my input':[1,10]\"")

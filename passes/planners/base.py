@@ -66,7 +66,8 @@ class PlanningProblem:
     ``follow_ops`` maps each split op with no constant operand (a matmul of two activations,
     such as attention's) to the number of independent products it holds (the product of its
     output's leading axes: attention's heads); such an op may instead follow a sharded
-    operand's layout part by part, as other ops do.
+    operand's layout part by part, as other ops do. ``halos[op_id]``: a conv2d's (input rows
+    a row band reads beyond its share, input rows), for the halo of a 2-D split.
     ``simulator`` is the device simulator that judges candidates (see :data:`WorkloadSimulator`;
     planners reach it only through
     :func:`~tvm_chiplet.passes.planners.evaluate.simulate_placement`); strategies that compare
@@ -89,6 +90,7 @@ class PlanningProblem:
     simulator: WorkloadSimulator | None = None
     realise: SplitRealise | None = None
     follow_ops: dict[int, int] = field(default_factory=dict)
+    halos: dict[int, tuple[int, int]] = field(default_factory=dict)
     memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

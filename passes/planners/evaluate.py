@@ -11,6 +11,7 @@ from tvm_chiplet.passes.planners.placement import (
     Placement,
     PlanningError,
     part_bytes,
+    tiles_by,
 )
 from tvm_chiplet.targets.workload import (
     WorkItem,
@@ -67,12 +68,13 @@ def _split_items(items: list[WorkItem], op, split: OpSplit, deps: list[tuple[int
     part_in, part_out, weights = part_bytes(op.input_bytes, op.output_bytes, op.weight_bytes,
                                             split.dim, k)
     reads_all = split.dim in WEIGHT_DIMS and not reduction
+    share = 1.0 if reads_all else (tiles_by(split.dim) or 1) / k  # of each input read
     parts = []
     for p, cluster in enumerate(split.clusters):
         parts.append(len(items))
         items.append(WorkItem(
             f"{op.name}#{p}", cluster, op.flops / k, part_in + part_out + weights, weights,
-            [(src, nbytes if reads_all else nbytes / k) for src, nbytes in deps], part_out,
+            [(src, nbytes * share) for src, nbytes in deps], part_out,
         ))
     combine_flops = (k - 1) * op.output_bytes / 4.0 if reduction else 0.0
     items.append(WorkItem(

@@ -8,7 +8,11 @@ builds. Every value of the op graph has a :class:`Layout`:
   ``"rows"``: a conv2d's output rows or a matmul's rows; ``"batch"``) over a group of clusters;
 - ``partial``: one whole-size partial sum per cluster of a group (an input-channel or reduction
   split's result);
-- ``replicated``: whole on every cluster of a group.
+- ``replicated``: whole on every cluster of a group;
+- ``tiled``: a 2-D split's output (:data:`~.placement.TILES`), row bands by channel slices,
+  ``by`` slices per band over consecutive members of the group;
+- ``banded``: what a 2-D split reads: each band of rows, all channels, on the ``by`` members
+  of its band.
 
 A split op needs its activation input in one layout (an output-channel split reads it
 replicated over its group, an input-channel split reads it sharded along channels over the same
@@ -43,7 +47,12 @@ import networkx as nx
 import numpy as np
 
 from tvm_chiplet.passes.planners.base import PlanningProblem
-from tvm_chiplet.passes.planners.placement import REDUCTION_DIMS, PlanningError, part_bytes
+from tvm_chiplet.passes.planners.placement import (
+    REDUCTION_DIMS,
+    PlanningError,
+    part_bytes,
+    tiles_by,
+)
 from tvm_chiplet.targets import collectives, cost_model
 from tvm_chiplet.targets.topology import Topology
 from tvm_chiplet.targets.workload import STREAM_BUFFER_FRACTION
@@ -69,6 +78,7 @@ class Layout:
     kind: str
     group: int = 0
     axis: str = ""
+    by: int = 0  # "tiled" and "banded": channel slices (members) per row band
 
 
 FREE = Layout("free")
@@ -280,6 +290,27 @@ class _Group:
             self.broadcast = self.scatter
         self.latency = max((topology.route_latency(origin, m) for m in members[1:]),
                            default=0.0)
+        self._topology = topology
+        self._bands: dict[int, tuple[float, float]] = {}
+
+    def band_gather(self, by: int) -> tuple[float, float]:
+        """(cycles per byte of the value, latency) of every run of ``by`` consecutive members
+        (a row band of a 2-D split) gathering its band, all at once: each member receives the
+        ``by - 1`` other slices of its band, ``1 / size`` of the value each, around a ring of
+        the band where that loads links less, else sent directly."""
+        if by not in self._bands:
+            topology, system = self._topology, self._topology.system
+            loads: Counter = Counter()
+            latency = 0.0
+            for start in range(0, self.size, by):
+                band = self.members[start:start + by]
+                ring = collectives.gather_ring(topology, band)
+                loads.update(collectives.ring_load(topology, ring) if ring
+                             else collectives.direct_load(topology, band))
+                latency = max([latency] + [topology.route_latency(band[0], m) for m in band[1:]])
+            worst = max((n / link_rate(system, link) for link, n in loads.items()), default=0.0)
+            self._bands[by] = (worst / self.size, latency)
+        return self._bands[by]
 
 
 class LayoutCosts:
@@ -366,6 +397,21 @@ class LayoutCosts:
         k = big.size
         if need.kind == "replicated" and src.kind == "replicated" and src.group >= need.group:
             return 0.0, 0.0
+        if need.kind == "banded":
+            bands = big.size // need.by
+            if src.kind in ("tiled", "banded") and (src.group, src.by) == (need.group, need.by):
+                # Each band's slices gathered among its members; the halo rows are left out.
+                return (0.0, 0.0) if src.kind == "banded" else self.groups[need.group].band_gather(
+                    need.by)
+            if src.kind == "sharded" and src.axis == "rows" and src.group == need.group:
+                return self.groups[need.group].band_gather(need.by)
+            # Otherwise each member needs its band: a replicated value's share.
+            per_byte, latency = self._collective(src, Layout("replicated", need.group))
+            return per_byte / bands, latency
+        if src.kind == "banded":  # each band whole on its members: as a row-sharded value
+            src = Layout("sharded", src.group, "rows")
+        if src.kind == "tiled":  # as a value sharded along an axis its consumer does not use
+            src = Layout("sharded", src.group, "tiles")
         if need.kind == "whole":
             if src.kind in ("whole", "replicated"):
                 return 0.0, 0.0  # both on the first cluster
@@ -605,25 +651,32 @@ class CostWalk:
         if chosen != FOLLOW:
             if chosen is None:
                 need = out = home
-                group, parts, dim = home.group, 1, None
+                group, parts, dim, by = home.group, 1, None, None
             else:
                 dim, group = chosen
                 parts = costs.groups[group].size
-                axis = AXIS_OF_DIM[dim]
-                if dim in ("out_channels", "cols"):
+                by = tiles_by(dim)
+                axis = AXIS_OF_DIM.get(dim, "")
+                if by is not None:
+                    need = Layout("banded", group, "rows", by)
+                    out = Layout("tiled", group, "tiles", by)
+                elif dim in ("out_channels", "cols"):
                     need, out = Layout("replicated", group), Layout("sharded", group, axis)
                 elif dim in REDUCTION_DIMS:
                     need, out = Layout("sharded", group, axis), Layout("partial", group)
                 else:
                     need = out = Layout("sharded", group, axis)
             data = self.data[op_id]
+            halo, rows = costs.problem.halos.get(op_id, (0, 0))
+            # A band reads its rows and the halo: that much more than its share.
+            grown = 1.0 + halo * (parts // by) / rows if by is not None and rows else 1.0
             for p, nbytes in preds:
                 want = need if p == data else (Layout("replicated", group) if parts > 1
                                                else need)
-                moves.append((p, layout[p], want, nbytes))
+                moves.append((p, layout[p], want, nbytes * grown if p == data else nbytes))
             return out, group, parts, dim, moves
         spread = [(nbytes, -p) for p, nbytes in preds
-                  if layout[p].kind in ("sharded", "partial")]
+                  if layout[p].kind in ("sharded", "partial", "tiled")]
         source = layout[-max(spread)[1]] if spread else None
         if source is not None and source.kind == "partial":
             if op_id not in self._scatter:
@@ -631,7 +684,8 @@ class CostWalk:
             out = Layout("sharded", source.group, self._scatter[op_id])
         else:
             out = source
-        if out is None or out.axis in self.broken[op_id]:
+        if out is None or out.axis in self.broken[op_id] or (
+                out.kind == "tiled" and self.broken[op_id] & {"rows", "channels"}):
             out, parts = home, 1
         else:
             parts = costs.groups[out.group].size

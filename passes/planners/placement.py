@@ -27,6 +27,27 @@ WEIGHT_DIMS = ("out_channels", "in_channels", "cols", "reduction")
 REDUCTION_DIMS = ("in_channels", "reduction")
 """Dimensions whose parts produce partial sums, combined by additions."""
 
+TILES = "tiles"
+"""A conv2d's 2-D split: ``"tiles/n"`` cuts its output rows into ``k / n`` bands and each band's
+output channels into ``n`` slices, part ``p`` (band ``p // n``, slice ``p % n``) on the
+``p``-th cluster. A part reads its band of input rows (with the halo its kernel needs) in every
+channel and ``1 / n`` of the weights: against a row split, ``1 / n`` of the weights per
+cluster; against an output-channel split, ``n / k`` of the input."""
+
+
+def tiles_by(dim: str | None) -> int | None:
+    """``n`` of a ``"tiles/n"`` split dimension (output-channel slices per row band), else
+    None."""
+    if dim is None or not dim.startswith(TILES + "/"):
+        return None
+    by = dim[len(TILES) + 1:]
+    return int(by) if by.isdigit() else None
+
+
+def tiles_dim(by: int) -> str:
+    """The split dimension of a 2-D split with ``by`` output-channel slices per row band."""
+    return f"{TILES}/{by}"
+
 
 def part_bytes(input_bytes: float, output_bytes: float, weight_bytes: float, dim: str | None,
                parts: int) -> tuple[float, float, float]:
@@ -37,6 +58,9 @@ def part_bytes(input_bytes: float, output_bytes: float, weight_bytes: float, dim
     the weights; along a reduction dimension it reads ``1/k`` of both and writes a whole-size
     partial sum. ``dim=None`` (with ``parts=1``) is the whole op.
     """
+    by = tiles_by(dim)
+    if by is not None:  # a band of the input (its halo left out), 1 / by of the weights
+        return input_bytes * by / parts, output_bytes / parts, weight_bytes / by
     reduction = dim in REDUCTION_DIMS
     weights = weight_bytes / parts if dim in WEIGHT_DIMS else weight_bytes
     reads_all = dim in WEIGHT_DIMS and not reduction
@@ -59,11 +83,18 @@ class OpSplit:
 
     def __post_init__(self) -> None:
         known = {d for dims in SPLIT_DIMS.values() for d in dims}
-        if self.dim not in known:
-            raise PlanningError(f"unknown split dim {self.dim!r}; valid: {sorted(known)}")
+        by = tiles_by(self.dim)
+        if self.dim not in known and by is None:
+            raise PlanningError(f"unknown split dim {self.dim!r}; valid: {sorted(known)} "
+                                f"and {TILES}/n (n output-channel slices per row band)")
         if len(self.clusters) < 2:
             raise PlanningError(f"a split of op {self.op_id} needs >= 2 parts, "
                                 f"got clusters {list(self.clusters)}")
+        if by is not None and (by < 2 or len(self.clusters) % by or len(self.clusters) == by):
+            raise PlanningError(
+                f"a {self.dim} split of op {self.op_id} over {len(self.clusters)} clusters "
+                f"needs at least 2 row bands of {by} clusters each: give a multiple of {by} "
+                "clusters, at least twice as many")
 
     @property
     def parts(self) -> int:

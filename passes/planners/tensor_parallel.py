@@ -28,7 +28,7 @@ from tvm_chiplet.passes.planners.layouts import (
 )
 from tvm_chiplet.passes.planners.microbatch import fastest_microbatch
 from tvm_chiplet.passes.planners.partition import min_bottleneck_partition
-from tvm_chiplet.passes.planners.placement import OpSplit, Placement, PlanningError
+from tvm_chiplet.passes.planners.placement import OpSplit, Placement, PlanningError, tiles_dim
 
 
 def _require_split_dims(problem: PlanningProblem, strategy: str) -> None:
@@ -45,10 +45,12 @@ class TensorParallelPlanner:
     whole model fastest, with the parts kept distributed between ops.
 
     Each op chooses a split dimension (:data:`~.placement.SPLIT_DIMS`: output or input
-    channels, rows, batch; matmul columns, reduction, rows, batch) and a group among the
+    channels, rows, batch; matmul columns, reduction, rows, batch; for a conv2d, when planning
+    one input on the whole grid, also a 2-D split, :data:`~.placement.TILES`: row bands by
+    output-channel slices, each band gathered among its own clusters) and a group among the
     nested sub-meshes of :func:`~.layouts.allocation_groups`, or runs whole on the first
-    cluster. The choice is joint over the model (CN115829017B's strategy x allocation): the
-    cost (:func:`~.layouts.plan_cost`) runs the ops one after another, each split op's slowest
+    cluster. The choice is joint over the model (CN115829017B's strategy x allocation): the cost
+    (:func:`~.layouts.plan_cost`) runs the ops one after another, each split op's slowest
     part (weights stationary while its clusters' SRAM holds them, else streamed from DRAM),
     plus every redistribution between a producer's layout and what its consumer needs, timed
     on the busiest link of the collective's messages. A consumer whose layout matches its
@@ -95,9 +97,10 @@ class TensorParallelPlanner:
     Parameters
     ----------
     max_parts : int, optional
-        Most parts per op (default :data:`MAX_PARTS`, at most every cluster). A collective over
-        ``k`` clusters is up to ``k^2`` point-to-point messages, and a reduce-scatter ``k^2``
-        additions, so larger groups cost compile time quadratically.
+        Most parts per op (default :data:`MAX_PARTS`, and :data:`MAX_TILE_PARTS` for 2-D
+        splits; at most every cluster). A collective over ``k`` clusters is up to ``k^2``
+        point-to-point messages, and a reduce-scatter ``k^2`` additions, so larger groups cost
+        compile time quadratically; a 2-D split's band gathers stay within its bands.
     sweeps : int, default 4
         Most passes of the search over the ops.
     batches : int, default 1
@@ -149,6 +152,7 @@ class TensorParallelPlanner:
         if batches < 1:
             raise PlanningError(f"batches must be >= 1, got {batches}")
         self.max_parts = max_parts or MAX_PARTS
+        self.max_tile_parts = max_parts or MAX_TILE_PARTS
         self.sweeps = sweeps
         self.batches = batches
         self.cutoff = cutoff
@@ -235,18 +239,22 @@ class TensorParallelPlanner:
         return chosen, float(sim.total_cycles)
 
     def _layouts(self, problem: PlanningProblem):
-        """(key, stage tiles, copy tiles, pooled[, microbatch]) of every layout of the grid to
-        try: the whole grid (``"1"``); ``R`` copies of a plan on one of ``R`` tiles (``"R"``,
-        for ``R`` up to the inputs); a pipeline of ``S`` stages, one per tile (``"S stages"``,
-        up to :data:`STAGES`); and ``R`` copies of an ``S``-stage pipeline (``"R x S stages"``).
-        Every layout with copies also with their weights in a weight pool (``"... pooled"``),
-        and, when each copy runs an even number of inputs, pooled with a microbatch of 2
-        (``"... pooled microbatch 2"``: each fetch from the pool serves two inputs)."""
+        """(key, stage tiles, copy tiles, pooled[, microbatch[, tiled]]) of every layout of
+        the grid to try: the whole grid (``"1"``, and for one input ``"1 untiled"``: without
+        2-D splits, whose estimate leaves the halos out, so that the simulator judges both);
+        ``R`` copies of a plan on one of ``R`` tiles (``"R"``, for ``R`` up to the inputs); a
+        pipeline of ``S`` stages, one per tile (``"S stages"``, up to :data:`STAGES`); and
+        ``R`` copies of an ``S``-stage pipeline (``"R x S stages"``). Every layout with copies
+        also with their weights in a weight pool (``"... pooled"``), and, when each copy runs
+        an even number of inputs, pooled with a microbatch of 2 (``"... pooled microbatch
+        2"``: each fetch from the pool serves two inputs)."""
         topology, inputs = problem.topology, self.batches
         clusters = problem.system.num_clusters
         tilings = {n: t[0] for n in range(2, clusters + 1) if (t := topology.tilings(n))}
         if "grid" in self.layouts:
             yield "1", [None], None, False
+            if inputs == 1:  # judged against the plan with 2-D splits, whose halos it leaves out
+                yield "1 untiled", [None], None, False, 1, False
         copied = []
         for copies, tiles in tilings.items():
             if copies <= inputs:
@@ -273,12 +281,14 @@ class TensorParallelPlanner:
 
     def _space(self, problem: PlanningProblem, key: str, tiles: list[list[int] | None],
                copy_tiles: list[list[int]] | None, pooled: bool = False,
-               microbatch: int = 1) -> _Space:
+               microbatch: int = 1, tiled: bool = True) -> _Space:
         """The search space of one layout: each stage on its tile (``[None]``: one stage on
         every cluster), copies on ``copy_tiles``, each copy's stages with their share of the
         DRAM bandwidth (of the weight pool's rate, ``pooled``), which a ``microbatch`` of
-        inputs shares per fetch. Its estimate: the planner's inputs, one after another on each
-        copy, pipelined over the stages."""
+        inputs shares per fetch; with ``tiled``, conv2d's 2-D splits among the options when
+        planning one input on one region (for many, copies and pipelines use the grid, and
+        their plans keep to 1-D splits). Its estimate: the planner's inputs, one after
+        another on each copy, pipelined over the stages."""
         stages, copies = len(tiles), len(copy_tiles or [None])
         share = microbatch / (copies * (stages if self.batches > 1 else 1))
         costs = LayoutCosts(problem, dram_share=share, tiles=tiles, pooled=pooled,
@@ -287,7 +297,8 @@ class TensorParallelPlanner:
         options = {op_id: self._options(costs, dims, costs.tile_groups(
                        stage_of[op_id] if stage_of is not None else 0),
                        follows=op_id in problem.follow_ops
-                       or not problem.graph.ops[op_id].weight_bytes)
+                       or not problem.graph.ops[op_id].weight_bytes,
+                       tiled=tiled and stages == 1 and self.batches == 1)
                    for op_id, dims in sorted(problem.split_dims.items())}
         start = {op_id: opts[-1] for op_id, opts in options.items()}
         return _Space(key, CostWalk(costs, options, stage_of), math.ceil(self.batches / copies),
@@ -320,7 +331,8 @@ class TensorParallelPlanner:
         homes = tuple(groups[costs.first[t]][0] for t in range(stages))
         op_stage = tuple(stage_of) if stage_of is not None else (0,) * len(problem.graph.ops)
         notes = {"split_ops": len(splits), **notes,
-                 "groups": sorted({len(s.clusters) for s in splits})}
+                 "groups": sorted({len(s.clusters) for s in splits}),
+                 "dims": sorted({s.dim for s in splits})}
         if stages > 1:
             notes["stages"] = stages
         placement = Placement(
@@ -367,16 +379,27 @@ class TensorParallelPlanner:
         return choice, best, sweeps
 
     def _options(self, costs: LayoutCosts, dims: dict[str, int], groups: range,
-                 follows: bool = False) -> list[tuple[str, int] | str | None]:
+                 follows: bool = False, tiled: bool = False
+                 ) -> list[tuple[str, int] | str | None]:
         """Whole (None), :data:`~.layouts.FOLLOW` when ``follows`` (a matmul of two
         activations, :attr:`~.base.PlanningProblem.follow_ops`, or an op without weights),
-        then every (dim, group) of ``groups`` the op's sizes allow; last: the layer-sequential
-        choice (the first weight dimension over the largest group)."""
+        then every (dim, group) of ``groups`` the op's sizes allow, and with ``tiled`` a
+        conv2d's 2-D splits (:data:`~.placement.TILES`); last: the layer-sequential choice
+        (the first weight dimension over the largest group)."""
         options: list[tuple[str, int] | str | None] = [None] + ([FOLLOW] if follows else [])
         for dim, size in dims.items():
             for index in groups:
                 if 2 <= costs.groups[index].size <= min(size, self.max_parts):
                     options.append((dim, index))
+        if tiled and {"rows", "out_channels", "in_channels"} <= set(dims):
+            # 2-D splits (conv2d): 2 to TILE_BANDS row bands of the group's size / bands
+            # output-channel slices each.
+            for index in groups:
+                k = costs.groups[index].size
+                for bands in (2 ** i for i in range(1, TILE_BANDS.bit_length())):
+                    if (k <= self.max_tile_parts and k % bands == 0 and k // bands >= 2
+                            and bands <= dims["rows"] and k // bands <= dims["out_channels"]):
+                        options.append((tiles_dim(k // bands), index))
         weight = next((d for d in LAYER_SEQUENTIAL_DIMS if d in dims), None)
         fits = [o for o in options if o not in (None, FOLLOW) and o[0] == weight]
         if fits:
@@ -493,6 +516,9 @@ def collective_messages(placement: Placement) -> int:
     return sum(split.parts ** 2 for split in placement.splits)
 
 
+TILE_BANDS = 64
+"""Most row bands of a conv2d's 2-D split (powers of two from 2, at most its rows)."""
+
 STAGES = 16
 """Most stages of a tensor-parallel pipeline (one 2-D region of the grid each)."""
 
@@ -544,6 +570,11 @@ ways on the 8x8 mesh at batch 1 plans in 75 s (2.87x the bound; 36 parts: 3.58x)
 message, 302 k bindings) the same plan took 167 s, side by side: TVM's fusion is superlinear in
 the bindings.
 More parts do not pay on the 16x16 mesh: ResNet-50 with 256 is 12.6x the bound, with 64 11.5x."""
+
+MAX_TILE_PARTS = 256
+"""Default most parts of a conv2d's 2-D split (a 16x16 mesh's clusters): each part gathers only
+its band, from the clusters of its band, so the messages of a layer grow with the parts times
+the slices per band, not the parts squared."""
 
 LAYER_SEQUENTIAL_DIMS = ("out_channels", "cols", "rows", "batch")
 """Dimensions the layer-sequential baseline splits along, in order of preference."""

@@ -223,10 +223,45 @@ def test_a_matmul_of_activations_does_not_follow_an_operand_sharded_on_its_reduc
     (DistributedSplit(7, "rows", (0, 1)), r"anchor 7"),
     (DistributedSplit(0, "heads", (0, 1)), r"heads"),
     (DistributedSplit(0, "out_channels", tuple(range(17))), r"17"),
+    (DistributedSplit(0, "tiles/3", (0, 1, 2, 3)), r"anchor 0 .*tiles/3.*multiple of 3"),
+    (DistributedSplit(1, "tiles/2", tuple(range(26))), r"anchor 1 .*12 rows.*13 row bands"),
 ])
 def test_bad_splits_name_the_anchor_and_the_dimension(split, message):
     with pytest.raises(PlanningError, match=message):
         distribute_and_reduce(conv_chain(), [split])
+
+
+def test_a_2d_split_of_a_matmul_is_refused_naming_the_anchor():
+    with pytest.raises(PlanningError, match=r"anchor 0 \(matmul.*'tiles/2'.*conv2d"):
+        distribute_and_reduce(mlp(), [DistributedSplit(0, "tiles/2", (0, 1, 2, 3))])
+
+
+def test_2d_splits_gather_each_band_among_its_clusters_and_halos_from_the_next_bands():
+    mod = conv_chain()
+    group = (0, 1, 2, 3)  # two row bands of two output-channel slices
+    splits = [DistributedSplit(0, "tiles/2", group), DistributedSplit(1, "tiles/2", group)]
+    reduced, clusters = distribute_and_reduce(mod, splits, home=0)
+    check_numerics(mod, reduced, (1, 8, 12, 12))
+    received = {c: sum(m[0] for m in crossings(reduced, clusters) if m[2] == c) for c in group}
+    # Each part of the second conv reads its band of the first output (6 of 12 rows, all 16
+    # channels): the other slice of its band (6 rows x 8 channels) and the halo row of the other
+    # band (16 channels), 12 columns of 4 bytes; cluster 0 then gathers the output (3 tiles of
+    # 6 rows x 4 channels). Nobody reads the whole first output (12 x 16 rows x channels).
+    row = 12 * 4
+    assert received == {0: (6 * 8 + 16) * row + 3 * 6 * 4 * row, 1: (6 * 8 + 16) * row,
+                        2: (6 * 8 + 16) * row, 3: (6 * 8 + 16) * row}
+
+
+@pytest.mark.parametrize("first, second", [
+    ("tiles/2", "out_channels"), ("tiles/2", "in_channels"), ("rows", "tiles/2"),
+    ("tiles/4", "tiles/2"),
+])
+def test_2d_splits_meet_other_layouts_with_numerics_unchanged(first, second):
+    mod = conv_chain()
+    group = tuple(range(8)) if "4" in first else (0, 1, 2, 3)
+    splits = [DistributedSplit(0, first, group), DistributedSplit(1, second, (0, 1, 2, 3))]
+    reduced, _ = distribute_and_reduce(mod, splits, home=0)
+    check_numerics(mod, reduced, (1, 8, 12, 12))
 
 
 def residual_norm():

@@ -81,6 +81,24 @@ def test_a_matching_layout_moves_nothing_and_an_all_to_all_less_than_an_all_gath
     assert c.move(sharded, Layout("replicated", 4), 2e6) == pytest.approx(2 * gather, rel=0.01)
 
 
+def test_a_2d_split_reads_its_band_gathered_among_the_band_not_the_whole_value():
+    c = costs()  # group 4: all 16 clusters
+    tiled, banded = Layout("tiled", 4, "tiles", 4), Layout("banded", 4, "rows", 4)
+    band = c.move(tiled, banded, 1e6)
+    gather = c.move(Layout("sharded", 4, "channels"), Layout("replicated", 4), 1e6)
+    # Four bands of four clusters: each cluster receives 3/16 of the value from its band's
+    # 2x2 square, against 15/16 from the whole grid in an all-gather.
+    assert 0 < band < gather / 3
+    assert c.move(banded, banded, 1e6) == 0.0
+    # From another layout, a band is a quarter of what each cluster needs replicated.
+    assert c.move(HOME, banded, 1e6) < c.move(HOME, Layout("replicated", 4), 1e6)
+    # The output of a 2-D split gathered whole costs as a sharded value's does.
+    assert c.move(tiled, Layout("replicated", 4), 1e6) == pytest.approx(gather)
+    split = {0: ("tiles/4", 4), 1: ("tiles/4", 4), 2: ("tiles/4", 4)}
+    flat = {0: ("rows", 4), 1: ("out_channels", 4), 2: ("out_channels", 4)}
+    assert plan_cost(c, split) < plan_cost(c, flat)
+
+
 def test_out_then_in_channels_over_one_group_costs_less_than_changing_groups():
     c = costs()
     matched = {0: ("out_channels", 4), 1: ("in_channels", 4), 2: ("out_channels", 4)}

@@ -100,8 +100,9 @@ def test_find_anchors_lists_convs_and_matmuls_with_their_legal_dims():
 
     assert list(SPLIT_DIMS) == ["conv2d", "matmul"]
     assert find_anchors(Mixed) == [
+        # A row band of the 3x3 conv reads 2 of the 8 input rows beyond its share.
         AnchorInfo(0, "conv2d", {"batch": 2, "out_channels": 4, "in_channels": 3, "rows": 8},
-                   (2, 4, 8, 8)),
+                   (2, 4, 8, 8), halo=(2, 8)),
         # Its weights are a parameter, not a constant: it may follow its input instead.
         AnchorInfo(1, "matmul", {"rows": 2, "cols": 5, "reduction": 256}, (2, 5), True),
     ]
