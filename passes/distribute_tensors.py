@@ -342,12 +342,11 @@ class _Distributor:
                          f"{getattr(value, 'name', 'const')}_cut", cluster) if rest else piece
 
     def _gather(self, pieces: list[relax.Var], axis: int, name: str, cluster: int) -> relax.Var:
-        """``pieces`` concatenated along ``axis`` on ``cluster``. When some of them lie on other
-        clusters, as one :data:`GATHER` call (opaque to FuseOps, as a marker is) instead of a
-        marker per remote piece and a concat: a 64-way all-gather is 64 bindings, not 4096."""
+        """``pieces`` concatenated along ``axis`` on ``cluster``, as one :data:`GATHER` call
+        (opaque to FuseOps, as a marker is) instead of a marker per remote piece and a concat:
+        a 64-way all-gather is 64 bindings, not 4096. Also when every piece is local (the
+        bands of a tiled value, each gathered first): its kernel assembles in place too."""
         concat = relax.op.concat(pieces, axis=axis)
-        if all(self.cluster_of.get(p) == cluster for p in pieces):
-            return self.emit(concat, name, cluster)
         ty = self.bb.normalize(concat).ty
         call = relax.op.call_pure_packed(GATHER, *pieces, relax.prim_value(axis),
                                          relax.prim_value(cluster), ty_args=ty)
@@ -552,6 +551,8 @@ class _Distributor:
                 return None
             return self._parts(var, call, args, axis, layout.bounds, layout,
                                lambda a, b, e, c: self._operand_region(a, len(out), axis, b, e, c))
+        if name == "relax.nn.max_pool2d" and isinstance(self.layout.get(args[0]), _Tiled):
+            return self._pool_tiles(var, call, args[0])
         if any(isinstance(self.layout[a], _Tiled) for a in tensors):
             return None  # read whole, gathered where the op runs
         if name == "relax.matmul":
@@ -601,6 +602,34 @@ class _Distributor:
             parts.append(self.emit(relax.Call(call.op, new_args, call.attrs, call.ty_args),
                                    f"{var.name}_p{p}", c))
         return _Tiled(layout.rows, layout.channels, tuple(parts), layout.clusters)
+
+    def _pool_tiles(self, var: relax.Var, call: relax.Call, data: relax.Var) -> _Tiled | None:
+        """A max pool (NCHW, not ceil mode) of a tiled value, tile by tile: each part pools
+        its band of output rows from its band of input rows and the halo, in its channels, as
+        a row split's convolution reads them (padding rows at the edges by the pool's own
+        padding, which a max ignores)."""
+        attrs = call.attrs
+        layout = self.layout[data]
+        out, height = _shape(var), _shape(data)[_ROWS]
+        if str(attrs.layout) != "NCHW" or bool(attrs.ceil_mode) or out[_ROWS] < len(layout.rows):
+            return None
+        top, left, _, right = (int(p) for p in attrs.padding)
+        stride, dilation = int(attrs.strides[0]), int(attrs.dilation[0])
+        extent = (int(attrs.pool_size[0]) - 1) * dilation + 1
+        rows = tuple(even_bounds(out[_ROWS], len(layout.rows)))
+        n = len(layout.channels)
+        parts = []
+        for p, c in enumerate(layout.clusters):
+            (b, e), channels = rows[p // n], layout.channels[p % n]
+            lo, hi = b * stride - top, (e - 1) * stride + extent - top
+            piece = self._tiled_region(layout, data.name, {
+                _ROWS: (max(lo, 0), min(hi, height)), _CHANNELS: channels}, c)
+            pool = relax.op.nn.max_pool2d(
+                piece, pool_size=attrs.pool_size, strides=attrs.strides,
+                padding=[max(0, -lo), left, max(0, hi - height), right],
+                dilation=attrs.dilation, layout="NCHW")
+            parts.append(self.emit(pool, f"{var.name}_p{p}", c))
+        return _Tiled(rows, layout.channels, tuple(parts), layout.clusters)
 
     def _follow_matmul(self, var: relax.Var, call: relax.Call, args: list[relax.Expr],
                        rank: int) -> _Sharded | None:

@@ -685,7 +685,8 @@ class CostWalk:
         else:
             out = source
         if out is None or out.axis in self.broken[op_id] or (
-                out.kind == "tiled" and self.broken[op_id] & {"rows", "channels"}):
+                out.kind == "tiled" and self.broken[op_id] & {"rows", "channels"}
+                and "max_pool" not in op.name):  # a max pool follows tiles with a halo
             out, parts = home, 1
         else:
             parts = costs.groups[out.group].size

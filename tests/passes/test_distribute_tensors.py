@@ -252,6 +252,37 @@ def test_2d_splits_gather_each_band_among_its_clusters_and_halos_from_the_next_b
                         2: (6 * 8 + 16) * row, 3: (6 * 8 + 16) * row}
 
 
+def test_a_max_pool_between_2d_splits_pools_each_tile_with_its_halo():
+    """conv 8->16 (2-D) -> max pool 3x3 stride 2 -> conv 16->8 (2-D), ResNet's stem."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 8, 16, 16), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            a = bb.emit(relax.op.nn.conv2d(x, const(16, 8, 3, 3), padding=[1, 1, 1, 1]))
+            p = bb.emit(relax.op.nn.max_pool2d(a, pool_size=[3, 3], strides=[2, 2],
+                                               padding=[1, 1, 1, 1]))
+            out = bb.emit_output(relax.op.nn.conv2d(p, const(8, 16, 3, 3), padding=[1, 1, 1, 1]))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    group = (0, 1, 2, 3)
+    splits = [DistributedSplit(0, "tiles/2", group), DistributedSplit(1, "tiles/2", group)]
+    reduced, clusters = distribute_and_reduce(mod, splits, home=0)
+    check_numerics(mod, reduced, (1, 8, 16, 16))
+    bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
+    where = {b.var: c for b, c in zip(bindings, clusters, strict=True)}
+    pools = [b for b in bindings if "max_pool2d" in b.value.args[0].name_hint]
+    # One pool per tile, where the tile lies: 4 of the 8 pooled rows, 8 of the 16 channels.
+    assert sorted(where[b.var] for b in pools) == [0, 1, 2, 3]
+    assert all([int(d) for d in b.var.ty.shape.values] == [1, 8, 4, 8] for b in pools)
+    # Each reads its own tile; the second band's also read the last row of the first (8
+    # channels x 16 columns of 4 bytes: pooled rows 4-7 start at input row 7), from the
+    # clusters of the same channels. Nothing larger than a tile of the conv output (8 rows x
+    # 8 channels) crosses, let alone the whole output.
+    moved = crossings(reduced, clusters)
+    assert {(0, 2), (1, 3)} <= {(s, d) for n, s, d in moved if n == 8 * 16 * 4}
+    assert max(n for n, _, _ in moved) <= 8 * 8 * 16 * 4
+
+
 @pytest.mark.parametrize("first, second", [
     ("tiles/2", "out_channels"), ("tiles/2", "in_channels"), ("rows", "tiles/2"),
     ("tiles/4", "tiles/2"),
