@@ -279,21 +279,24 @@ class _Distributor:
         """The region ``box`` (``{axis: (begin, end)}``, other axes whole) of a tiled value on
         ``cluster``: each band's slices cut where they lie and gathered along the channels,
         then the bands along the rows."""
+        def within(axis: int, span: tuple[int, int]) -> tuple[int, int] | None:
+            """The part of ``box`` along ``axis`` inside ``span``, relative to its start."""
+            lo, hi = box.get(axis, span)
+            lo, hi = max(lo, span[0]), min(hi, span[1])
+            return (lo - span[0], hi - span[0]) if lo < hi else None
+
         n = len(layout.channels)
         bands = []
-        for i, (r0, r1) in enumerate(layout.rows):
-            lo, hi = box.get(_ROWS, (r0, r1))
-            rows = (max(lo, r0), min(hi, r1))
-            if rows[0] >= rows[1]:
+        for i, band in enumerate(layout.rows):
+            rows = within(_ROWS, band)
+            if rows is None:
                 continue
             cells = []
-            for j, (c0, c1) in enumerate(layout.channels):
-                lo, hi = box.get(_CHANNELS, (c0, c1))
-                channels = (max(lo, c0), min(hi, c1))
-                if channels[0] >= channels[1]:
+            for j, slice_ in enumerate(layout.channels):
+                channels = within(_CHANNELS, slice_)
+                if channels is None:
                     continue
-                own = {**box, _ROWS: (rows[0] - r0, rows[1] - r0),
-                       _CHANNELS: (channels[0] - c0, channels[1] - c0)}
+                own = {**box, _ROWS: rows, _CHANNELS: channels}
                 p = i * n + j
                 cells.append(self._cut(layout.parts[p], own, f"{name}_cut", layout.clusters[p]))
             bands.append(cells[0] if len(cells) == 1

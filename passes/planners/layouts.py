@@ -399,10 +399,12 @@ class LayoutCosts:
             return 0.0, 0.0
         if need.kind == "banded":
             bands = big.size // need.by
-            if src.kind in ("tiled", "banded") and (src.group, src.by) == (need.group, need.by):
-                # Each band's slices gathered among its members; the halo rows are left out.
-                return (0.0, 0.0) if src.kind == "banded" else self.groups[need.group].band_gather(
-                    need.by)
+            if src.kind == "banded" and (src.group, src.by) == (need.group, need.by):
+                return 0.0, 0.0
+            if src.kind == "tiled" and (src.group, src.by) == (need.group, need.by):
+                # Each band's slices gathered among its members (CostWalk.step adds the halo's
+                # rows to the bytes).
+                return self.groups[need.group].band_gather(need.by)
             if src.kind == "sharded" and src.axis == "rows" and src.group == need.group:
                 return self.groups[need.group].band_gather(need.by)
             # Otherwise each member needs its band: a replicated value's share.
