@@ -562,19 +562,20 @@ the whole grid, pipelines over regions, copies (of a plan or a pipeline), copies
 pool."""
 
 MAX_PARTS = 64
-"""Default most parts of one op (an 8x8 mesh's clusters). A ``k``-way collective is up to
-``k^2`` messages; realised compactly (:mod:`~tvm_chiplet.passes.distribute_tensors`: an
-all-gather is one binding per reader, a ring reduce-scatter one per step), ResNet-50 split 64
-ways on the 8x8 mesh at batch 1 plans in 75 s (2.87x the bound; 36 parts: 3.58x), BERT-base in
-92 s (2.86x; 3.63x) (``tools/bench/results/strategies-large-64parts``). Before (a marker per
-message, 302 k bindings) the same plan took 167 s, side by side: TVM's fusion is superlinear in
-the bindings.
-More parts do not pay on the 16x16 mesh: ResNet-50 with 256 is 12.6x the bound, with 64 11.5x."""
+"""Default most parts of one op split along one dimension (an 8x8 mesh's clusters). A
+``k``-way collective is up to ``k^2`` messages; realised compactly
+(:mod:`~tvm_chiplet.passes.distribute_tensors`: an all-gather is one binding per reader, a ring
+reduce-scatter one per step), BERT-base split 64 ways on the 8x8 mesh at batch 1 plans in 83 s
+(2.75x the bound; 36 parts: 3.63x) (``tools/bench/results/strategies-large-64parts``). Before
+(a marker per message, 302 k bindings) the same ResNet-50 plan took 167 s, side by side: TVM's
+fusion is superlinear in the bindings. More 1-D parts do not pay on the 16x16 mesh (ResNet-50
+with 256 was 12.6x the bound, with 64 11.5x); 2-D splits do (:data:`MAX_TILE_PARTS`)."""
 
 MAX_TILE_PARTS = 256
 """Default most parts of a conv2d's 2-D split (a 16x16 mesh's clusters): each part gathers only
 its band, from the clusters of its band, so the messages of a layer grow with the parts times
-the slices per band, not the parts squared."""
+the slices per band, not the parts squared. ResNet-50 at batch 1 on the 16x16 mesh: 3.15x the
+bound over 256 clusters, planned in 150 s (1-D splits: 11.5x over 64)."""
 
 LAYER_SEQUENTIAL_DIMS = ("out_channels", "cols", "rows", "batch")
 """Dimensions the layer-sequential baseline splits along, in order of preference."""
