@@ -243,10 +243,7 @@ class _Distributor:
         value = self.resolve(value)
         name = getattr(value, "name", "const")
         if isinstance(value, tvm.ir.expr.Constant):
-            array = value.value.numpy()
-            index = [slice(None)] * array.ndim
-            index[axis] = slice(lo, hi)
-            return relax.const(np.ascontiguousarray(array[tuple(index)]), str(value.ty.dtype))
+            return _constant_box(value, {axis: (lo, hi)})
         layout = self.layout.get(value) if isinstance(value, relax.Var) else None
         if layout is None:  # a model input
             return self._slice(self.use(value, cluster), axis, lo, hi, f"{name}_cut", cluster)
@@ -336,11 +333,7 @@ class _Distributor:
         (axis, (lo, hi)), *rest = own.items()
         piece = self.region(operand, axis, lo, hi, cluster)
         if isinstance(piece, tvm.ir.expr.Constant):
-            array = piece.value.numpy()
-            index = [slice(None)] * array.ndim
-            for other, (b, e) in rest:
-                index[other] = slice(b, e)
-            return relax.const(np.ascontiguousarray(array[tuple(index)]), str(piece.ty.dtype))
+            return _constant_box(piece, dict(rest))
         return self._cut(piece, {other: span for other, span in rest},
                          f"{getattr(value, 'name', 'const')}_cut", cluster) if rest else piece
 
@@ -624,12 +617,11 @@ class _Distributor:
         parts = []
         for p, c in enumerate(layout.clusters):
             (b, e), channels = rows[p // n], layout.channels[p % n]
-            lo, hi = b * stride - top, (e - 1) * stride + extent - top
-            piece = self._tiled_region(layout, data.name, {
-                _ROWS: (max(lo, 0), min(hi, height)), _CHANNELS: channels}, c)
+            read, (pad_top, pad_bottom) = _band_rows(b, e, stride, extent, top, height)
+            piece = self._tiled_region(layout, data.name, {_ROWS: read, _CHANNELS: channels}, c)
             pool = relax.op.nn.max_pool2d(
                 piece, pool_size=attrs.pool_size, strides=attrs.strides,
-                padding=[max(0, -lo), left, max(0, hi - height), right],
+                padding=[pad_top, left, pad_bottom, right],
                 dilation=attrs.dilation, layout="NCHW")
             parts.append(self.emit(pool, f"{var.name}_p{p}", c))
         return _Tiled(rows, layout.channels, tuple(parts), layout.clusters)
@@ -788,9 +780,8 @@ class _Distributor:
         stride, dilation = int(call.attrs.strides[0]), int(call.attrs.dilation[0])
         height = _shape(data)[2]
         extent = (_shape(weight)[2] - 1) * dilation + 1
-        lo, hi = b * stride - top, (e - 1) * stride + extent - top
-        rows = self.region(data, 2, max(lo, 0), min(hi, height), c)
-        pad_top, pad_bottom = max(0, -lo), max(0, hi - height)
+        read, (pad_top, pad_bottom) = _band_rows(b, e, stride, extent, top, height)
+        rows = self.region(data, 2, *read, c)
         if pad_top or pad_bottom:
             rows = self.emit(relax.op.nn.pad(rows, [0, 0, 0, 0, pad_top, pad_bottom, 0, 0]),
                              "rows_padded", c)
@@ -813,6 +804,25 @@ class _Distributor:
             args = [self.region(x, len(a) - 1, b, e, c),
                     self.region(w, max(len(bs) - 2, 0), b, e, c)]
         return relax.Call(call.op, args, call.attrs)
+
+
+def _band_rows(b: int, e: int, stride: int, extent: int, top: int, height: int
+               ) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The input rows ``[lo, hi)`` that output rows ``[b, e)`` of a sliding window (stride,
+    extent, top padding) read within an input of ``height`` rows, and the padding rows
+    ``(top, bottom)`` beyond its edges."""
+    lo, hi = b * stride - top, (e - 1) * stride + extent - top
+    return (max(lo, 0), min(hi, height)), (max(0, -lo), max(0, hi - height))
+
+
+def _constant_box(value: tvm.ir.expr.Constant, box: dict[int, tuple[int, int]]
+                  ) -> tvm.ir.expr.Constant:
+    """The region ``box`` (``{axis: (begin, end)}``) of a constant, as a constant."""
+    array = value.value.numpy()
+    index = [slice(None)] * array.ndim
+    for axis, (lo, hi) in box.items():
+        index[axis] = slice(lo, hi)
+    return relax.const(np.ascontiguousarray(array[tuple(index)]), str(value.ty.dtype))
 
 
 def _anchor_size(call: relax.Call, dim: str) -> int:
