@@ -5,7 +5,11 @@ A split op's parts stay on their clusters. Every value of ``main`` gets a layout
 - **whole** on one cluster (or, for model inputs and constants, wherever it is read);
 - **sharded** along one axis, part ``p`` (a range of that axis) on cluster ``clusters[p]``;
 - **partial**: one full-shape partial sum per cluster, to be added (an input-channel or
-  reduction split's result).
+  reduction split's result);
+- **tiled**: row bands by channel slices of an NCHW tensor (a 2-D split's output). Elementwise
+  ops and max pools follow it tile by tile; a global pool (a mean, sum, max or min over the
+  rows, not the channels) reduces each tile where it lies and combines each channel slice's
+  bands on one member, leaving the result sharded along the channels.
 
 Ops that work element by element (activations, binary ops with broadcast, bias adds, residual
 adds), pools and reductions over other axes, softmax and layer norm over other axes, transposes
@@ -549,6 +553,8 @@ class _Distributor:
                                lambda a, b, e, c: self._operand_region(a, len(out), axis, b, e, c))
         if name == "relax.nn.max_pool2d" and isinstance(self.layout.get(args[0]), _Tiled):
             return self._pool_tiles(var, call, args[0])
+        if isinstance(self.layout.get(args[0]), _Tiled) and _reduced_rows(call) is not None:
+            return self._reduce_tiles(var, call, args[0])
         if any(isinstance(self.layout[a], _Tiled) for a in tensors):
             return None  # read whole, gathered where the op runs
         if name == "relax.matmul":
@@ -625,6 +631,33 @@ class _Distributor:
                 dilation=attrs.dilation, layout="NCHW")
             parts.append(self.emit(pool, f"{var.name}_p{p}", c))
         return _Tiled(rows, layout.channels, tuple(parts), layout.clusters)
+
+    def _reduce_tiles(self, var: relax.Var, call: relax.Call, data: relax.Var) -> _Sharded:
+        """A reduction over the rows but not the channels of a tiled value (a global average
+        pool): each part reduces its tile, and each channel slice's bands are combined on the
+        slice's member of the first band, so the value is sharded along the channels over
+        those members instead of gathered whole on one cluster."""
+        layout = self.layout[data]
+        shape = _shape(data)
+        axes, keepdims, mean = _reduced_rows(call)
+        reduce, combine = _TILE_REDUCES["relax.sum" if mean else call.op.name]
+        n = len(layout.channels)
+        partials = [self.emit(reduce(part, axis=axes, keepdims=keepdims), f"{var.name}_p{p}", c)
+                    for p, (part, c) in enumerate(zip(layout.parts, layout.clusters,
+                                                      strict=True))]
+        parts = []
+        for j, c in enumerate(layout.clusters[:n]):
+            total = partials[j]
+            for i in range(1, len(layout.rows)):
+                total = self.emit(combine(total, self.use(partials[i * n + j], c)),
+                                  f"{var.name}_sum", c)
+            if mean:
+                count = int(np.prod([shape[a] for a in axes]))
+                total = self.emit(relax.op.divide(total, relax.const(count, str(var.ty.dtype))),
+                                  f"{var.name}_mean", c)
+            parts.append(total)
+        axis = _CHANNELS if keepdims else _CHANNELS - sum(a < _CHANNELS for a in axes)
+        return _Sharded(axis, layout.channels, tuple(parts), layout.clusters[:n])
 
     def _follow_matmul(self, var: relax.Var, call: relax.Call, args: list[relax.Expr],
                        rank: int) -> _Sharded | None:
@@ -804,6 +837,33 @@ class _Distributor:
             args = [self.region(x, len(a) - 1, b, e, c),
                     self.region(w, max(len(bs) - 2, 0), b, e, c)]
         return relax.Call(call.op, args, call.attrs)
+
+
+_TILE_REDUCES = {
+    "relax.sum": (relax.op.sum, relax.op.add),
+    "relax.max": (relax.op.max, relax.op.maximum),
+    "relax.min": (relax.op.min, relax.op.minimum),
+}
+"""A reduction a tiled value's parts run tile by tile, and how two bands' results combine."""
+
+
+def _reduced_rows(call: relax.Call) -> tuple[list[int], bool, bool] | None:
+    """``(axes, keepdims, mean)`` of a reduction of a 4-D NCHW value over its rows and not its
+    channels (a mean, sum, max or min; or an adaptive average pool to 1x1, as a mean over rows
+    and columns), which a tiled value's parts can reduce tile by tile; else None."""
+    name, attrs = call.op.name, call.attrs
+    if name == "relax.nn.adaptive_avg_pool2d":
+        size = [int(s) for s in attrs.output_size] if attrs.output_size is not None else []
+        if str(attrs.layout) != "NCHW" or str(attrs.out_layout) != "NCHW" or \
+                size not in ([1], [1, 1]):
+            return None
+        return [_ROWS, _ROWS + 1], True, True
+    if name not in ("relax.mean", *_TILE_REDUCES) or attrs.axis is None:
+        return None
+    axes = sorted({int(a) % 4 for a in attrs.axis})
+    if _ROWS not in axes or _CHANNELS in axes:
+        return None
+    return axes, bool(attrs.keepdims), name == "relax.mean"
 
 
 def _band_rows(b: int, e: int, stride: int, extent: int, top: int, height: int

@@ -38,6 +38,7 @@ from __future__ import annotations
 import functools
 import heapq
 import math
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -66,6 +67,21 @@ _BREAKS = (("layer_norm", "channels"), ("softmax", "channels"), ("pool", "rows")
            ("mean", "rows"), ("reshape", "rows"))
 """(name fragment, axis): a fused op whose name holds the fragment cannot follow a value sharded
 along the axis (it normalises, reduces or reshapes across it), so its input is gathered."""
+
+_REDUCTION = re.compile(r"(mean|sum|max|min)\d*")
+
+
+def reduces_tiles(op) -> bool:
+    """Whether ``op`` reads as a reduction over rows that a tiled value's parts run tile by
+    tile (a global pool: DistributeTensors' ``_reduced_rows``): a fused op named after a mean,
+    sum, max or min (not a max pool) or an adaptive average pool, with an output under half
+    its input. The name does not tell which axes it reduces: one over the channels is
+    gathered instead (a misestimate of this op's input's move)."""
+    parts = op.name.split("_")
+    named = ("adaptive" in parts and "avg" in parts) or (
+        any(_REDUCTION.fullmatch(part) for part in parts) and not any(
+            part.startswith("pool") for part in parts))
+    return named and 2 * op.output_bytes <= op.input_bytes
 
 
 @dataclass(frozen=True)
@@ -379,6 +395,14 @@ class LayoutCosts:
         """Indices of ``tile``'s groups, smallest first."""
         return range(self.first[tile], self.first[tile + 1])
 
+    def prefix(self, group: int, size: int) -> int:
+        """The group of ``group``'s first ``size`` members (``group`` itself when none is)."""
+        members = self.groups[group].members[:size]
+        for index in self.tile_groups(self.tile_of[group]):
+            if self.groups[index].members == members:
+                return index
+        return group
+
     def move(self, src: Layout, need: Layout, nbytes: float) -> float:
         """Cycles to turn a value of ``nbytes`` laid out as ``src`` into ``need``."""
         if nbytes <= 0 or src.kind == "free" or src == need:
@@ -625,6 +649,7 @@ class CostWalk:
             self.data.append(max(preds, key=lambda e: (e[1], -e[0]))[0] if preds else None)
             self.homes.append(costs.home(stage_of[op.op_id] if stage_of is not None else 0))
             self.broken.append(broken_axes(op.name))
+        self.reduces_tiles = [reduces_tiles(op) for op in self.ops]
         # Independent products (heads) of each follow op, and of the ops that follow its data.
         self.products: list[int] = []
         for op in self.ops:
@@ -686,6 +711,14 @@ class CostWalk:
             out = Layout("sharded", source.group, self._scatter[op_id])
         else:
             out = source
+        if out is not None and out.kind == "tiled" and self.reduces_tiles[op_id]:
+            # Each tile reduced where it lies, each channel slice's bands combined on the
+            # slice's member of the first band: sharded along the channels over them.
+            parts = costs.groups[out.group].size
+            reduced = Layout("sharded", costs.prefix(out.group, out.by), "channels")
+            moves = [(p, layout[p], out, nbytes) for p, nbytes in preds]
+            moves.append((op_id, out, reduced, op.output_bytes * (parts // out.by)))
+            return reduced, out.group, parts, None, moves
         if out is None or out.axis in self.broken[op_id] or (
                 out.kind == "tiled" and self.broken[op_id] & {"rows", "channels"}
                 and "max_pool" not in op.name):  # a max pool follows tiles with a halo

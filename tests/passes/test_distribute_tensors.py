@@ -283,6 +283,43 @@ def test_a_max_pool_between_2d_splits_pools_each_tile_with_its_halo():
     assert max(n for n, _, _ in moved) <= 8 * 8 * 16 * 4
 
 
+def pooled_head(pool: str):
+    """conv 8->16 (3x3) -> relu -> global average pool (``pool``) -> reshape -> matmul 16->10:
+    a classifier's head."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 8, 12, 12), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            a = bb.emit(relax.op.nn.relu(relax.op.nn.conv2d(x, const(16, 8, 3, 3),
+                                                            padding=[1, 1, 1, 1])))
+            if pool == "mean":
+                p = bb.emit(relax.op.mean(a, axis=[2, 3], keepdims=True))
+            elif pool == "max":
+                p = bb.emit(relax.op.max(a, axis=[-1, -2], keepdims=True))
+            else:
+                p = bb.emit(relax.op.nn.adaptive_avg_pool2d(a, output_size=[1, 1]))
+            flat = bb.emit(relax.op.reshape(p, [1, 16]))
+            out = bb.emit_output(relax.op.matmul(flat, const(16, 10)))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+@pytest.mark.parametrize("pool", ["mean", "max", "adaptive_avg_pool2d"])
+def test_a_global_pool_of_a_2d_split_reduces_each_tile_where_it_lies(pool):
+    mod = pooled_head(pool)
+    group = (0, 1, 2, 3, 4, 5)  # three row bands of two output-channel slices
+    splits = [DistributedSplit(0, "tiles/2", group), DistributedSplit(1, "reduction", (0, 1))]
+    reduced, clusters = distribute_and_reduce(mod, splits, home=0)
+    check_numerics(mod, reduced, (1, 8, 12, 12))
+    # Each tile (4 rows x 8 channels) is pooled where it lies; only the pooled slices (8
+    # channels of 4 bytes) cross, to the first band's cluster of the same channels, which the
+    # matmul's reduction split reads in place; then its partial sums (10 outputs) meet.
+    # Not a tile crosses, let alone the whole conv output.
+    moved = crossings(reduced, clusters)
+    assert sorted((s, d) for n, s, d in moved if n == 8 * 4) == [(2, 0), (3, 1), (4, 0), (5, 1)]
+    assert sorted(n for n, _, _ in moved if n != 8 * 4) == [10 * 4]
+
+
 @pytest.mark.parametrize("first, second", [
     ("tiles/2", "out_channels"), ("tiles/2", "in_channels"), ("rows", "tiles/2"),
     ("tiles/4", "tiles/2"),

@@ -99,6 +99,35 @@ def test_a_2d_split_reads_its_band_gathered_among_the_band_not_the_whole_value()
     assert plan_cost(c, split) < plan_cost(c, flat)
 
 
+def pooled_head(pooled_bytes):
+    """A conv (2-D split), a global pool ``mean`` writing ``pooled_bytes``, a classifier."""
+    graph = make_graph([(4e9, 400_000, 40_000), (1e5, pooled_bytes, 0), (1e6, 1000, 8000)],
+                       [(0, 1), (1, 2)])
+    graph.ops[1] = dataclasses.replace(graph.ops[1], name="mean", input_bytes=400_000)
+    system = mesh_system(4, 4, bandwidth=32.0)
+    return LayoutCosts(PlanningProblem(graph, system, Topology(system), DIMS))
+
+
+def test_a_global_pool_of_a_2d_split_reduces_each_tile_where_it_lies():
+    choice = {0: ("tiles/4", 4), 2: ("reduction", FOUR)}
+
+    def walk_to(costs, stop):
+        walk = CostWalk(costs, choice)
+        state = walk.start()
+        walk.advance(state, choice, stop=stop)
+        return state
+
+    pooled, unpooled = pooled_head(4000), pooled_head(400_000)
+    # Sharded along the channels over the first band's four clusters, as the classifier's
+    # reduction split over the first four reads it.
+    assert walk_to(pooled, 2).layout[1] == Layout("sharded", FOUR, "channels")
+    # A mean that is not a global pool (it writes as much as it reads) reads the conv's output
+    # gathered whole on one cluster: 400 kB, not 16 pooled tiles of 250 bytes.
+    assert walk_to(unpooled, 2).layout[1] == HOME
+    pool, gather = (walk_to(c, 2).sum - walk_to(c, 1).sum for c in (pooled, unpooled))
+    assert 0 < 20 * pool < gather
+
+
 def test_out_then_in_channels_over_one_group_costs_less_than_changing_groups():
     c = costs()
     matched = {0: ("out_channels", 4), 1: ("in_channels", 4), 2: ("out_channels", 4)}
