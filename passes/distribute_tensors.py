@@ -38,6 +38,7 @@ parts, halos and partial sums, so layouts live in this pass rather than in the t
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -148,13 +149,20 @@ class _TupleOf:
 
 
 def _shape(expr: relax.Expr) -> list[int]:
+    return list(_static(expr))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _static(expr: relax.Expr) -> tuple[int, ...]:
+    """``expr``'s static shape, looked up once: a 256-way split reads the shapes of its parts
+    over a million times, and each look-up walks the type through the FFI."""
     shape = static_shape(expr)
     if shape is None or None in shape:
         raise PlanningError(
             f"DistributeTensors needs static shapes; {getattr(expr, 'name', expr)} has "
             f"{shape if shape is not None else 'no tensor shape'}"
         )
-    return shape
+    return tuple(shape)
 
 
 def _nbytes(expr: relax.Expr) -> int:

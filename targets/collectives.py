@@ -13,6 +13,7 @@ too (:func:`reduce_ring`): the sums are accumulated hop by hop instead of sent w
 
 from __future__ import annotations
 
+import weakref
 from collections import Counter
 from collections.abc import Sequence
 
@@ -33,8 +34,11 @@ def ring_order(topology: Topology, clusters: Sequence[int]) -> list[int]:
     choices first), else a Hamiltonian path (closed by a route), else the longest path found
     with the rest appended (reached by routes)."""
     members = list(dict.fromkeys(clusters))
-    near = {c: [d for d in members if d != c and len(topology.route(c, d)) == 1
-                and len(topology.route(d, c)) == 1] for c in members}
+    position = {c: i for i, c in enumerate(members)}
+    near = {c: [d for d in sorted(position.keys() & set(topology.graph.successors(c)),
+                                  key=position.get)
+                if d != c and len(topology.route(c, d)) == 1 and len(topology.route(d, c)) == 1]
+            for c in members}
     start = members[0]
     best: list[int] = [start]
     for goal in [*near[start][:2], None]:  # a cycle through a neighbour, else an open path
@@ -109,12 +113,14 @@ def ring_load(topology: Topology, order: Sequence[int]) -> Counter:
     member receiving it once (from the nearer side)."""
     k = len(order)
     loads: Counter = Counter()
-    for i in range(k):
-        for step, count in ((1, k // 2), (-1, (k - 1) // 2)):
-            for d in range(count):
-                a, b = order[(i + step * d) % k], order[(i + step * (d + 1)) % k]
-                loads.update(topology.route(a, b))
-    return loads
+    # Each hop forwards the parts of the k // 2 members behind it one way round, and of the
+    # (k - 1) // 2 ahead of it the other way.
+    for a, b in zip(order, [*order[1:], order[0]], strict=True):
+        for link in topology.route(a, b):
+            loads[link] += k // 2
+        for link in topology.route(b, a):
+            loads[link] += (k - 1) // 2
+    return +loads
 
 
 def gather_ring(topology: Topology, clusters: Sequence[int]) -> tuple[int, ...] | None:
@@ -140,11 +146,19 @@ def _lighter_ring(topology: Topology, clusters: Sequence[int], multicast: bool
     what sending directly puts on it (multicast trees where ``multicast`` and links allow)."""
     if len(set(clusters)) < 3:
         return None
-    order = ring_order(topology, clusters)
-    ring = _busiest(ring_load(topology, order))
-    if ring <= RING_GAIN * _busiest(direct_load(topology, clusters, multicast)):
-        return tuple(order)
-    return None
+    known = _RINGS.setdefault(topology, {})
+    key = (tuple(clusters), multicast)
+    if key not in known:
+        order = ring_order(topology, clusters)
+        ring = _busiest(ring_load(topology, order))
+        lighter = ring <= RING_GAIN * _busiest(direct_load(topology, clusters, multicast))
+        known[key] = tuple(order) if lighter else None
+    return known[key]
+
+
+_RINGS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""Each topology's rings, by (members, multicast): every workload of a planner's candidates
+looks up the same groups' rings."""
 
 
 def ring_route(topology: Topology, ring: Sequence[int], src: int, dst: int) -> list[int] | None:
