@@ -10,7 +10,8 @@ builds. Every value of the op graph has a :class:`Layout`:
   split's result);
 - ``replicated``: whole on every cluster of a group;
 - ``tiled``: a 2-D split's output (:data:`~.placement.TILES`), row bands by channel slices,
-  ``by`` slices per band over consecutive members of the group;
+  ``by`` slices per band over consecutive members of the group (a global pool of it,
+  :func:`reduces_tiles`, is sharded along the channels over the first band's members);
 - ``banded``: what a 2-D split reads: each band of rows, all channels, on the ``by`` members
   of its band.
 
