@@ -253,7 +253,8 @@ class TensorParallelPlanner:
         tilings = {n: t[0] for n in range(2, clusters + 1) if (t := topology.tilings(n))}
         if "grid" in self.layouts:
             yield "1", [None], None, False
-            if inputs == 1:  # judged against the plan with 2-D splits, whose halos it leaves out
+            if inputs == 1 and any(map(_tileable, problem.split_dims.values())):
+                # Judged against the plan with 2-D splits, whose halos it leaves out.
                 yield "1 untiled", [None], None, False, 1, False
         copied = []
         for copies, tiles in tilings.items():
@@ -391,7 +392,7 @@ class TensorParallelPlanner:
             for index in groups:
                 if 2 <= costs.groups[index].size <= min(size, self.max_parts):
                     options.append((dim, index))
-        if tiled and {"rows", "out_channels", "in_channels"} <= set(dims):
+        if tiled and _tileable(dims):
             # 2-D splits (conv2d): 2 to TILE_BANDS row bands of the group's size / bands
             # output-channel slices each.
             for index in groups:
@@ -435,6 +436,11 @@ class _Space:
         state = self.walk.start()
         self.walk.advance(state, choice)
         return self.value(state)
+
+
+def _tileable(dims: dict[str, int]) -> bool:
+    """Whether an op with split dimensions ``dims`` has 2-D splits (a conv2d, not grouped)."""
+    return {"rows", "out_channels", "in_channels"} <= set(dims)
 
 
 def _families(items: list, pooled) -> list[list]:

@@ -129,6 +129,14 @@ def test_for_many_inputs_on_a_large_grid_copies_of_a_tile_plan_win():
     assert all(set(s.clusters) <= used for s in many.splits)
 
 
+def test_for_one_input_a_plan_without_2d_splits_is_searched_only_when_an_op_has_them():
+    p = problem()  # op 0 has rows and output channels but no input channels: no 2-D split
+    assert "1 untiled" not in TensorParallelPlanner(batches=1).plan(p).notes["layouts_started"]
+    dims = {**DIMS, 1: {"rows": 56, "out_channels": 128, "in_channels": 64}}
+    started = TensorParallelPlanner(batches=1).plan(problem(dims=dims)).notes["layouts_started"]
+    assert {"1", "1 untiled"} <= set(started)
+
+
 def test_copies_are_planned_with_and_without_a_weight_pool_and_each_family_is_judged():
     # 1.6 MB of weights, 16 clusters of 256 kB: every copy of a tile plan streams its weights.
     system = mesh_system(4, 4, bandwidth=16.0, sram_bytes=256_000)
