@@ -804,7 +804,8 @@ class _Distributor:
     def _conv2d_part(self, call: relax.Call, dim: str, b: int, e: int, c: int,
                      channels: tuple[int, int] | None = None) -> relax.Expr:
         """Part ``[b, e)`` of ``dim`` of a conv2d on cluster ``c``; a row band's part only
-        computes the output ``channels`` given (a 2-D split's tile)."""
+        computes the output ``channels`` given (a 2-D split's tile), from every input channel
+        of its band, or from those channels alone for a depthwise conv."""
         data, weight = call.args
         groups = int(call.attrs.groups)
         if dim == "batch":
@@ -822,13 +823,16 @@ class _Distributor:
         height = _shape(data)[2]
         extent = (_shape(weight)[2] - 1) * dilation + 1
         read, (pad_top, pad_bottom) = _band_rows(b, e, stride, extent, top, height)
-        rows = self.region(data, 2, *read, c)
+        depthwise = channels is not None and groups > 1
+        rows = (self._operand_box(data, 4, {_ROWS: read, _CHANNELS: channels}, c) if depthwise
+                else self.region(data, 2, *read, c))
         if pad_top or pad_bottom:
             rows = self.emit(relax.op.nn.pad(rows, [0, 0, 0, 0, pad_top, pad_bottom, 0, 0]),
                              "rows_padded", c)
         kernel = (self.whole(weight, c) if channels is None
                   else self.region(weight, 0, *channels, c))
-        return conv2d_like(call, rows, kernel, padding=[0, left, 0, right])
+        changes = {"groups": channels[1] - channels[0]} if depthwise else {}
+        return conv2d_like(call, rows, kernel, padding=[0, left, 0, right], **changes)
 
     def _matmul_part(self, call: relax.Call, dim: str, b: int, e: int, c: int) -> relax.Expr:
         x, w = call.args

@@ -10,7 +10,12 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from tvm_chiplet.passes.planners.placement import REDUCTION_DIMS, PlanningError, tiles_by
+from tvm_chiplet.passes.planners.placement import (
+    REDUCTION_DIMS,
+    PlanningError,
+    tileable,
+    tiles_by,
+)
 from tvm_chiplet.passes.replicate_data_parallel import replica_batches
 
 _CONV2D = tvm.ir.Op.get("relax.nn.conv2d")
@@ -179,11 +184,12 @@ def check_split(split: AnchorSplit, anchors: list[AnchorInfo]) -> None:
     info = anchors[split.anchor]
     by = tiles_by(split.dim)
     if by is not None:
-        if not {"rows", "out_channels", "in_channels"} <= set(info.dims):
+        if not tileable(info.dims):
             raise PlanningError(
                 f"anchor {split.anchor} ({info.op}, output {list(info.output_shape)}) cannot be "
-                f"split along {split.dim!r}: a 2-D split cuts a conv2d (not grouped) into row "
-                "bands and output-channel slices; legal dims here: " + ", ".join(info.dims))
+                f"split along {split.dim!r}: a 2-D split cuts a conv2d (plain or depthwise, not "
+                "grouped otherwise) into row bands and output-channel slices; legal dims here: "
+                + ", ".join(info.dims))
         bands = split.parts // by
         if split.parts % by or bands < 2:
             raise PlanningError(

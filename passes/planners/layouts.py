@@ -686,8 +686,11 @@ class CostWalk:
                 by = tiles_by(dim)
                 axis = AXIS_OF_DIM.get(dim, "")
                 if by is not None:
-                    need = Layout("banded", group, "rows", by)
                     out = Layout("tiled", group, "tiles", by)
+                    # A depthwise conv's tile reads its own channels of its band (and the
+                    # halo); a plain conv's every channel of its band.
+                    depthwise = "in_channels" not in costs.problem.split_dims.get(op_id, {})
+                    need = out if depthwise else Layout("banded", group, "rows", by)
                 elif dim in ("out_channels", "cols"):
                     need, out = Layout("replicated", group), Layout("sharded", group, axis)
                 elif dim in REDUCTION_DIMS:

@@ -32,7 +32,8 @@ TILES = "tiles"
 output channels into ``n`` slices, part ``p`` (band ``p // n``, slice ``p % n``) on the
 ``p``-th cluster. A part reads its band of input rows (with the halo its kernel needs) in every
 channel and ``1 / n`` of the weights: against a row split, ``1 / n`` of the weights per
-cluster; against an output-channel split, ``n / k`` of the input."""
+cluster; against an output-channel split, ``n / k`` of the input. A depthwise conv's part reads
+only its own channels of the band: after another 2-D split, its own tile and the halo."""
 
 
 def tiles_by(dim: str | None) -> int | None:
@@ -42,6 +43,13 @@ def tiles_by(dim: str | None) -> int | None:
         return None
     by = dim[len(TILES) + 1:]
     return int(by) if by.isdigit() else None
+
+
+def tileable(dims) -> bool:
+    """Whether an op with split dimensions ``dims`` has 2-D splits: a conv2d with rows and
+    output channels, plain (whose tiles read every input channel of their band) or depthwise
+    (no input-channel split: a tile reads only its own channels)."""
+    return {"rows", "out_channels"} <= set(dims)
 
 
 def tiles_dim(by: int) -> str:

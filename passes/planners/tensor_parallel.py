@@ -28,7 +28,13 @@ from tvm_chiplet.passes.planners.layouts import (
 )
 from tvm_chiplet.passes.planners.microbatch import fastest_microbatch
 from tvm_chiplet.passes.planners.partition import min_bottleneck_partition
-from tvm_chiplet.passes.planners.placement import OpSplit, Placement, PlanningError, tiles_dim
+from tvm_chiplet.passes.planners.placement import (
+    OpSplit,
+    Placement,
+    PlanningError,
+    tileable,
+    tiles_dim,
+)
 
 
 def _require_split_dims(problem: PlanningProblem, strategy: str) -> None:
@@ -253,7 +259,7 @@ class TensorParallelPlanner:
         tilings = {n: t[0] for n in range(2, clusters + 1) if (t := topology.tilings(n))}
         if "grid" in self.layouts:
             yield "1", [None], None, False
-            if inputs == 1 and any(map(_tileable, problem.split_dims.values())):
+            if inputs == 1 and any(map(tileable, problem.split_dims.values())):
                 # Judged against the plan with 2-D splits, whose halos it leaves out.
                 yield "1 untiled", [None], None, False, 1, False
         copied = []
@@ -392,7 +398,7 @@ class TensorParallelPlanner:
             for index in groups:
                 if 2 <= costs.groups[index].size <= min(size, self.max_parts):
                     options.append((dim, index))
-        if tiled and _tileable(dims):
+        if tiled and tileable(dims):
             # 2-D splits (conv2d): 2 to TILE_BANDS row bands of the group's size / bands
             # output-channel slices each.
             for index in groups:
@@ -436,11 +442,6 @@ class _Space:
         state = self.walk.start()
         self.walk.advance(state, choice)
         return self.value(state)
-
-
-def _tileable(dims: dict[str, int]) -> bool:
-    """Whether an op with split dimensions ``dims`` has 2-D splits (a conv2d, not grouped)."""
-    return {"rows", "out_channels", "in_channels"} <= set(dims)
 
 
 def _families(items: list, pooled) -> list[list]:

@@ -283,6 +283,33 @@ def test_a_max_pool_between_2d_splits_pools_each_tile_with_its_halo():
     assert max(n for n, _, _ in moved) <= 8 * 8 * 16 * 4
 
 
+def test_a_depthwise_conv_between_2d_splits_convolves_each_tile_where_it_lies():
+    """conv 8->16 (2-D) -> depthwise 3x3 (2-D) -> conv 16->8 (2-D): MobileNet's block."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 8, 12, 12), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            a = bb.emit(relax.op.nn.conv2d(x, const(16, 8, 1, 1)))
+            d = bb.emit(relax.op.nn.conv2d(a, const(16, 1, 3, 3), padding=[1, 1, 1, 1],
+                                           groups=16))
+            out = bb.emit_output(relax.op.nn.conv2d(d, const(8, 16, 1, 1)))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    group = (0, 1, 2, 3)  # two row bands of two channel slices
+    splits = [DistributedSplit(i, "tiles/2", group) for i in range(3)]
+    reduced, clusters = distribute_and_reduce(mod, splits, home=0)
+    check_numerics(mod, reduced, (1, 8, 12, 12))
+    moved = crossings(reduced, clusters)
+    # The depthwise tiles read their own 8 channels: from the other band, only its halo row
+    # of those channels (8 x 12 columns of 4 bytes), never the other slice's channels. The
+    # last conv's bands gather their other slice (6 rows of 8 channels), and cluster 0 the
+    # output.
+    halo, band = 8 * 12 * 4, 6 * 8 * 12 * 4
+    assert sorted((s, d) for n, s, d in moved if n == halo) == [(0, 2), (1, 3), (2, 0), (3, 1)]
+    assert sorted((s, d) for n, s, d in moved if n == band) == [(0, 1), (1, 0), (2, 3), (3, 2)]
+    assert {n for n, _, d in moved if d != 0} == {halo, band}
+
+
 def pooled_head(pool: str):
     """conv 8->16 (3x3) -> relu -> global average pool (``pool``) -> reshape -> matmul 16->10:
     a classifier's head."""

@@ -99,6 +99,26 @@ def test_a_2d_split_reads_its_band_gathered_among_the_band_not_the_whole_value()
     assert plan_cost(c, split) < plan_cost(c, flat)
 
 
+def test_a_depthwise_conv_split_in_2d_reads_its_own_tile_not_its_band_gathered():
+    plain = {"out_channels": 64, "in_channels": 64, "rows": 56}
+    depthwise = {"out_channels": 64, "rows": 56}
+    choice = {op: ("tiles/4", 4) for op in range(3)}
+    system = mesh_system(4, 4, bandwidth=32.0)
+
+    def moves_into(dims, op_id):
+        costs = LayoutCosts(PlanningProblem(CHAIN, system, Topology(system), dims))
+        walk = CostWalk(costs, choice)
+        state = walk.start()
+        walk.advance(state, choice, stop=op_id)
+        _, _, _, _, moves = walk.step(op_id, choice[op_id], state.layout)
+        return sum(costs.move(src, want, nbytes) for _, src, want, nbytes in moves)
+
+    assert moves_into({0: plain, 1: depthwise, 2: plain}, 1) == 0.0
+    assert moves_into({0: plain, 1: plain, 2: plain}, 1) > 0.0
+    # The plain conv after it gathers each band, as after any 2-D split.
+    assert moves_into({0: plain, 1: depthwise, 2: plain}, 2) > 0.0
+
+
 def pooled_head(pooled_bytes):
     """A conv (2-D split), a global pool ``mean`` writing ``pooled_bytes``, a classifier."""
     graph = make_graph([(4e9, 400_000, 40_000), (1e5, pooled_bytes, 0), (1e6, 1000, 8000)],

@@ -130,7 +130,7 @@ def test_for_many_inputs_on_a_large_grid_copies_of_a_tile_plan_win():
 
 
 def test_for_one_input_a_plan_without_2d_splits_is_searched_only_when_an_op_has_them():
-    p = problem()  # op 0 has rows and output channels but no input channels: no 2-D split
+    p = problem(dims={**DIMS, 0: {"out_channels": 64}})  # no op has rows and out channels
     assert "1 untiled" not in TensorParallelPlanner(batches=1).plan(p).notes["layouts_started"]
     dims = {**DIMS, 1: {"rows": 56, "out_channels": 128, "in_channels": 64}}
     started = TensorParallelPlanner(batches=1).plan(problem(dims=dims)).notes["layouts_started"]

@@ -42,11 +42,13 @@ def test_split_strategies_match_onnxruntime(tmp_path, capsys, name, preset, stra
     assert plan["estimate"][0]["bound_cycles"] == pytest.approx(bound.bound_cycles)
 
 
-def test_convolutions_split_in_2d_beat_1d_splits_and_match_onnxruntime(tmp_path):
-    # ResNet-18 on 32x32 images, batch 1, on mesh-4x4: some convolutions are cut into row bands
-    # by output-channel slices, and that plan simulates faster, as built, than the best one
-    # with 1-D splits only (both judged by the planner).
-    plan = compile_run_and_compare(tmp_path, models.resnet18(image=32), "chiplet/mesh-4x4",
+@pytest.mark.parametrize("model", [models.resnet18, models.mobilenet_v2])
+def test_convolutions_split_in_2d_beat_1d_splits_and_match_onnxruntime(tmp_path, model):
+    # ResNet-18 and MobileNetV2 (depthwise convolutions) on 32x32 images, batch 1, on
+    # mesh-4x4: some convolutions are cut into row bands by output-channel slices, and that
+    # plan simulates faster, as built, than the best one with 1-D splits only (both judged by
+    # the planner).
+    plan = compile_run_and_compare(tmp_path, model(image=32), "chiplet/mesh-4x4",
                                    "tensor-parallel")
     notes = plan["placement"]["notes"]
     assert any(dim.startswith("tiles/") for dim in notes["dims"])
