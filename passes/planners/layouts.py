@@ -396,6 +396,12 @@ class LayoutCosts:
         """Indices of ``tile``'s groups, smallest first."""
         return range(self.first[tile], self.first[tile + 1])
 
+    def depthwise(self, op_id: int) -> bool:
+        """Whether ``op_id`` is a depthwise conv: split along rows and output channels but not
+        input channels (a 2-D split's tile reads only its own channels)."""
+        dims = self.problem.split_dims.get(op_id, {})
+        return "out_channels" in dims and "in_channels" not in dims
+
     def prefix(self, group: int, size: int) -> int:
         """The group of ``group``'s first ``size`` members (``group`` itself when none is)."""
         members = self.groups[group].members[:size]
@@ -543,6 +549,9 @@ class LayoutCosts:
         k = max(parts, 1)
         part_in, part_out, weights = part_bytes(op.input_bytes, op.output_bytes,
                                                 op.weight_bytes, dim, k)
+        by = tiles_by(dim)
+        if by is not None and self.depthwise(op.op_id):
+            part_in /= by  # its own channels of its band
         cycles = cost_model.compute_cycles(op.flops / k, part_in + part_out + weights, g.slowest)
         # Every part streams its weights at once: the controllers' total bandwidth (the pool's
         # rate) bounds them, and each part's own way in.
@@ -689,8 +698,7 @@ class CostWalk:
                     out = Layout("tiled", group, "tiles", by)
                     # A depthwise conv's tile reads its own channels of its band (and the
                     # halo); a plain conv's every channel of its band.
-                    depthwise = "in_channels" not in costs.problem.split_dims.get(op_id, {})
-                    need = out if depthwise else Layout("banded", group, "rows", by)
+                    need = out if costs.depthwise(op_id) else Layout("banded", group, "rows", by)
                 elif dim in ("out_channels", "cols"):
                     need, out = Layout("replicated", group), Layout("sharded", group, axis)
                 elif dim in REDUCTION_DIMS:
