@@ -117,6 +117,12 @@ def test_a_depthwise_conv_split_in_2d_reads_its_own_tile_not_its_band_gathered()
     assert moves_into({0: plain, 1: plain, 2: plain}, 1) > 0.0
     # The plain conv after it gathers each band, as after any 2-D split.
     assert moves_into({0: plain, 1: depthwise, 2: plain}, 2) > 0.0
+    # A light op (a depthwise conv's few MACs per byte) is bound by its bytes: a depthwise
+    # tile reads a sixteenth of the input, a plain one a quarter (its band).
+    light = make_graph([(1e5, 400_000, 0), (1e5, 400_000, 0)], [(0, 1)])
+    cycles = [LayoutCosts(PlanningProblem(light, system, Topology(system), {1: dims})).part(
+        light.ops[1], 4, 16, "tiles/4")[0] for dims in (depthwise, plain)]
+    assert cycles[0] < cycles[1]
 
 
 def pooled_head(pooled_bytes):
