@@ -31,29 +31,42 @@ from collections.abc import Collection
 import pulp
 
 from tvm_chiplet.passes.planners.base import PlanningProblem
-from tvm_chiplet.passes.planners.evaluate import placement_items, simulate_placement
+from tvm_chiplet.passes.planners.evaluate import (
+    graph_items,
+    placement_items,
+    simulate_placement,
+)
 from tvm_chiplet.passes.planners.placement import WEIGHT_DIMS, Placement
 from tvm_chiplet.targets.workload import build_workload, cluster_totals, streamed_bytes
 
 
 def balance_dram(problem: PlanningProblem, placement: Placement, lend: bool = False,
-                 lenders: Collection[int] | None = None) -> Placement:
+                 lenders: Collection[int] | None = None, as_built: bool = False) -> Placement:
     """``placement`` with DRAM shares (and, with ``lend``, SRAM loans from ``lenders``, default
     every cluster) that minimise the busiest controller or link.
 
     Returns the placement unchanged when nothing streams, there is one controller and nothing
     to lend, or pulp's bundled CBC cannot run. A placement with copies gets no loans here (the
-    LP sees one copy's traffic); plan its tile alone and map the loans with the copies.
+    LP sees one copy's traffic); plan its tile alone and map the loans with the copies. With
+    ``as_built``, a placement that splits ops is balanced on the workload of its realised
+    module (``problem.realise``), as it will run: the realised parts may stream on other
+    clusters than the planner's equal shares say, and a loan to a cluster that does not
+    stream is invalid.
     """
     system, topology = problem.system, problem.topology
-    items = placement_items(problem, placement)
+    built = as_built and bool(placement.splits) and problem.realise is not None
+    if built:
+        graph, realised = problem.realise(placement)
+        items = graph_items(graph, realised)
+    else:
+        items = placement_items(problem, placement)
     weights, streams = cluster_totals(items, system, streamed_bytes(items, system))
     streamed = {c: float(nbytes) for c, nbytes in enumerate(streams) if nbytes}
     lend = lend and not placement.replicas
     # Split parts are realised as whole slices, up to one slice off the planner's equal share:
     # loans leave that much room on both sides, so they stay valid on the compiled module.
     rounding = [0.0] * system.num_clusters
-    for split in placement.splits:
+    for split in () if built else placement.splits:
         if split.dim in WEIGHT_DIMS:
             op = problem.graph.ops[split.op_id]
             size = problem.split_dims.get(split.op_id, {}).get(split.dim, split.parts)
@@ -165,14 +178,15 @@ def fastest_dram(problem: PlanningProblem, placement: Placement, batches: int,
                                     dram_shares=(), weight_pool=False)
     candidates = {}
     if not pooled:
-        balanced = balance_dram(problem, placement)
+        balanced = balance_dram(problem, placement, as_built=as_built)
         candidates["interleave"] = placement
         if nearest and balanced is not placement:  # else nothing streams, or one controller
             candidates["nearest"] = dataclasses.replace(placement, dram_policy="nearest")
         candidates["balanced"] = balanced
         if not placement.replicas and placement.microbatch == 1:
             # Copies borrow no SRAM (balance_dram); loans are sized for one input at a time.
-            candidates["balanced+loans"] = balance_dram(problem, placement, lend=True)
+            candidates["balanced+loans"] = balance_dram(problem, placement, lend=True,
+                                                        as_built=as_built)
     if pooled or (placement.replicas and any(
             streamed_bytes(placement_items(problem, placement), problem.system))):
         # Copies that stream may keep one set of weights between them instead (a weight pool).

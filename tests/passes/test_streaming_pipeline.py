@@ -1,5 +1,6 @@
 """The pipeline planner when weights overflow SRAM: streaming DP, regions, orders, DRAM LP."""
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -188,6 +189,28 @@ def test_loans_leave_room_for_split_parts_rounded_up_to_whole_slices():
     by_lender = {k: sum(n for _, lender, n in lent.sram_loans if lender == k) for k in (1, 2)}
     assert by_lender[1] and by_lender[2]
     assert all(by_lender[k] + 400_000 <= 1_000_000 for k in (1, 2))
+
+
+def test_loans_as_built_go_to_the_clusters_that_stream_in_the_realised_module():
+    # The planner's items stream op 1 on cluster 0; its realised module (a stand-in for
+    # problem.realise) runs op 1 on cluster 2, so cluster 2 streams and cluster 0 has room.
+    graph = make_graph([(4e6, 4000, 600_000), (8e6, 3000, 3_000_000)], [(0, 1)])
+    system = mesh_system(1, 3, bandwidth=32.0, sram_bytes=1_000_000, dram_bandwidth=16.0,
+                         dram_at=((0, 0),))
+    placement = Placement("manual", (1, 0), (0, 1), (1, 0),
+                          splits=(OpSplit(0, "out_channels", (1, 2)),))
+    problem = PlanningProblem(graph, system, Topology(system), {0: {"out_channels": 3}},
+                              simulator=simulate_workload,
+                              realise=lambda placement: (graph, dataclasses.replace(
+                                  placement, op_cluster=(1, 2), stage_clusters=(1, 2),
+                                  splits=())))
+    lent = balance_dram(problem, placement, lend=True, as_built=True)
+    assert lent.sram_loans and {borrower for borrower, _, _ in lent.sram_loans} == {2}
+    simulate_placement(problem, lent, 4, as_built=True)  # loans valid as built
+    estimated = balance_dram(problem, placement, lend=True)
+    assert {borrower for borrower, _, _ in estimated.sram_loans} == {0}
+    with pytest.raises(ValueError, match="borrows .* but streams only 0 B"):
+        simulate_placement(problem, estimated, 4, as_built=True)
 
 
 def test_streaming_runs_whose_inputs_are_equal_are_solved_once_and_placed_on_each_order(
