@@ -209,7 +209,7 @@ def test_loans_as_built_go_to_the_clusters_that_stream_in_the_realised_module():
     simulate_placement(problem, lent, 4, as_built=True)  # loans valid as built
     estimated = balance_dram(problem, placement, lend=True)
     assert {borrower for borrower, _, _ in estimated.sram_loans} == {0}
-    with pytest.raises(ValueError, match="borrows .* but streams only 0 B"):
+    with pytest.raises(ValueError, match=r"borrows .* but streams only 0 B"):
         simulate_placement(problem, estimated, 4, as_built=True)
 
 
