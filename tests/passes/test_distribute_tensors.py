@@ -42,6 +42,18 @@ def conv_chain(second: str = "in_channels"):
     return bb.get()
 
 
+def module(build, shape=(1, 8, 12, 12)):
+    """``main(x)`` (``x`` of ``shape``) returning ``build(bb, x)``, emitted in its dataflow
+    block."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape, "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(build(bb, x))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
 def mlp():
     """Megatron's MLP: matmul (columns) -> gelu -> matmul (reduction)."""
     bb = relax.BlockBuilder()
@@ -285,16 +297,12 @@ def test_a_max_pool_between_2d_splits_pools_each_tile_with_its_halo():
 
 def test_a_depthwise_conv_between_2d_splits_convolves_each_tile_where_it_lies():
     """conv 8->16 (2-D) -> depthwise 3x3 (2-D) -> conv 16->8 (2-D): MobileNet's block."""
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((1, 8, 12, 12), "float32"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            a = bb.emit(relax.op.nn.conv2d(x, const(16, 8, 1, 1)))
-            d = bb.emit(relax.op.nn.conv2d(a, const(16, 1, 3, 3), padding=[1, 1, 1, 1],
-                                           groups=16))
-            out = bb.emit_output(relax.op.nn.conv2d(d, const(8, 16, 1, 1)))
-        bb.emit_func_output(out)
-    mod = bb.get()
+    def block(bb, x):
+        a = bb.emit(relax.op.nn.conv2d(x, const(16, 8, 1, 1)))
+        d = bb.emit(relax.op.nn.conv2d(a, const(16, 1, 3, 3), padding=[1, 1, 1, 1], groups=16))
+        return relax.op.nn.conv2d(d, const(8, 16, 1, 1))
+
+    mod = module(block)
     group = (0, 1, 2, 3)  # two row bands of two channel slices
     splits = [DistributedSplit(i, "tiles/2", group) for i in range(3)]
     reduced, clusters = distribute_and_reduce(mod, splits, home=0)
@@ -313,22 +321,18 @@ def test_a_depthwise_conv_between_2d_splits_convolves_each_tile_where_it_lies():
 def pooled_head(pool: str):
     """conv 8->16 (3x3) -> relu -> global average pool (``pool``) -> reshape -> matmul 16->10:
     a classifier's head."""
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((1, 8, 12, 12), "float32"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            a = bb.emit(relax.op.nn.relu(relax.op.nn.conv2d(x, const(16, 8, 3, 3),
-                                                            padding=[1, 1, 1, 1])))
-            if pool == "mean":
-                p = bb.emit(relax.op.mean(a, axis=[2, 3], keepdims=True))
-            elif pool == "max":
-                p = bb.emit(relax.op.max(a, axis=[-1, -2], keepdims=True))
-            else:
-                p = bb.emit(relax.op.nn.adaptive_avg_pool2d(a, output_size=[1, 1]))
-            flat = bb.emit(relax.op.reshape(p, [1, 16]))
-            out = bb.emit_output(relax.op.matmul(flat, const(16, 10)))
-        bb.emit_func_output(out)
-    return bb.get()
+    def head(bb, x):
+        a = bb.emit(relax.op.nn.relu(relax.op.nn.conv2d(x, const(16, 8, 3, 3),
+                                                        padding=[1, 1, 1, 1])))
+        if pool == "mean":
+            p = bb.emit(relax.op.mean(a, axis=[2, 3], keepdims=True))
+        elif pool == "max":
+            p = bb.emit(relax.op.max(a, axis=[-1, -2], keepdims=True))
+        else:
+            p = bb.emit(relax.op.nn.adaptive_avg_pool2d(a, output_size=[1, 1]))
+        return relax.op.matmul(bb.emit(relax.op.reshape(p, [1, 16])), const(16, 10))
+
+    return module(head)
 
 
 @pytest.mark.parametrize("pool", ["mean", "max", "adaptive_avg_pool2d"])
