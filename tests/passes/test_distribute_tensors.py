@@ -326,6 +326,8 @@ def pooled_head(pool: str):
                                                         padding=[1, 1, 1, 1])))
         if pool == "mean":
             p = bb.emit(relax.op.mean(a, axis=[2, 3], keepdims=True))
+        elif pool == "sum":  # the channels end up on axis 1 of a 2-D value
+            p = bb.emit(relax.op.sum(a, axis=[2, 3], keepdims=False))
         elif pool == "max":
             p = bb.emit(relax.op.max(a, axis=[-1, -2], keepdims=True))
         else:
@@ -335,7 +337,7 @@ def pooled_head(pool: str):
     return module(head)
 
 
-@pytest.mark.parametrize("pool", ["mean", "max", "adaptive_avg_pool2d"])
+@pytest.mark.parametrize("pool", ["mean", "sum", "max", "adaptive_avg_pool2d"])
 def test_a_global_pool_of_a_2d_split_reduces_each_tile_where_it_lies(pool):
     mod = pooled_head(pool)
     group = (0, 1, 2, 3, 4, 5)  # three row bands of two output-channel slices
