@@ -32,7 +32,7 @@ import pulp
 
 from tvm_chiplet.passes.planners.base import PlanningProblem
 from tvm_chiplet.passes.planners.evaluate import (
-    graph_items,
+    built_items,
     placement_items,
     simulate_placement,
 )
@@ -55,11 +55,7 @@ def balance_dram(problem: PlanningProblem, placement: Placement, lend: bool = Fa
     """
     system, topology = problem.system, problem.topology
     built = as_built and bool(placement.splits) and problem.realise is not None
-    if built:
-        graph, realised = problem.realise(placement)
-        items = graph_items(graph, realised)
-    else:
-        items = placement_items(problem, placement)
+    items = built_items(problem, placement) if built else placement_items(problem, placement)
     weights, streams = cluster_totals(items, system, streamed_bytes(items, system))
     streamed = {c: float(nbytes) for c, nbytes in enumerate(streams) if nbytes}
     lend = lend and not placement.replicas

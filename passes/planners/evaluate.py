@@ -26,6 +26,16 @@ def placement_items(problem: PlanningProblem, placement: Placement) -> list[Work
     return graph_items(problem.graph, placement)
 
 
+def built_items(problem: PlanningProblem, placement: Placement) -> list[WorkItem]:
+    """The work items ``placement`` runs as built: those of its realised module when it splits
+    ops and ``problem`` can realise them (the realisation is cached), else
+    :func:`placement_items`."""
+    if placement.splits and problem.realise is not None:
+        graph, realised = problem.realise(placement)
+        return graph_items(graph, realised)
+    return placement_items(problem, placement)
+
+
 def graph_items(graph: OpGraph, placement: Placement) -> list[WorkItem]:
     """Compute ops as work items on their clusters; plumbing ops pass their producers through.
 

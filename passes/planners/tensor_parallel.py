@@ -16,7 +16,7 @@ import numpy as np
 
 from tvm_chiplet.passes.planners.base import PlanningProblem
 from tvm_chiplet.passes.planners.dram import fastest_dram
-from tvm_chiplet.passes.planners.evaluate import simulate_placement
+from tvm_chiplet.passes.planners.evaluate import built_items, simulate_placement
 from tvm_chiplet.passes.planners.ilp_solvers import make_solver
 from tvm_chiplet.passes.planners.layout_ilp import solve_layouts
 from tvm_chiplet.passes.planners.layouts import (
@@ -35,6 +35,7 @@ from tvm_chiplet.passes.planners.placement import (
     tileable,
     tiles_dim,
 )
+from tvm_chiplet.targets.workload import streamed_bytes
 
 
 def _require_split_dims(problem: PlanningProblem, strategy: str) -> None:
@@ -227,13 +228,17 @@ class TensorParallelPlanner:
 
     def _judge(self, problem: PlanningProblem, placement: Placement) -> tuple[Placement, float]:
         """``placement`` simulated as built for the planner's inputs, with its streamed
-        weights interleaved and in the nearest controller, the faster variant; with a weight
+        weights interleaved and in the nearest controller, the faster variant (one simulation
+        when nothing streams as built); with a weight
         pool, what it cannot hold in the nearest controller (the faster on the four standard
         cases and BERT-base on a 16x16 mesh, each simulation of many copies costly). For more
         than one input, in its microbatch or a larger one, whichever simulates fastest
         (:func:`~.microbatch.fastest_microbatch`)."""
         nearest = dataclasses.replace(placement, dram_policy="nearest")
         variants = [nearest] if placement.weight_pool else [placement, nearest]
+        if not placement.weight_pool and not any(
+                streamed_bytes(built_items(problem, placement), problem.system)):
+            variants = [placement]  # nothing streams: both simulate alike
         cycles = [float(simulate_placement(problem, variant, self.batches,
                                            as_built=True).total_cycles)
                   for variant in variants]

@@ -137,6 +137,20 @@ def test_for_one_input_a_plan_without_2d_splits_is_searched_only_when_an_op_has_
     assert {"1", "1 untiled"} <= set(started)
 
 
+@pytest.mark.parametrize("sram_bytes, policies", [(4 * 2**20, {"interleave"}),
+                                                   (300_000, {"interleave", "nearest"})])
+def test_the_dram_policies_are_judged_only_when_weights_stream_as_built(sram_bytes, policies):
+    system = mesh_system(2, 2, bandwidth=64.0, sram_bytes=sram_bytes)
+    p = PlanningProblem(CHAIN, system, Topology(system), DIMS, simulator=simulate_workload,
+                        realise=lambda placement: (CHAIN, dataclasses.replace(
+                            placement, splits=())))  # a stand-in: each op whole on its hub
+    placement = Placement("manual", (0, 0, 0, 0), (0, 0, 0, 0), (0,),
+                          splits=(OpSplit(1, "out_channels", (0, 1, 2, 3)),))
+    TensorParallelPlanner(batches=1)._judge(p, placement)
+    judged = {key[1][4] for key in p.memo if key[0] == "simulate" and key[4]}
+    assert judged == policies
+
+
 def test_copies_are_planned_with_and_without_a_weight_pool_and_each_family_is_judged():
     # 1.6 MB of weights, 16 clusters of 256 kB: every copy of a tile plan streams its weights.
     system = mesh_system(4, 4, bandwidth=16.0, sram_bytes=256_000)
