@@ -54,7 +54,8 @@ class TensorParallelPlanner:
     Each op chooses a split dimension (:data:`~.placement.SPLIT_DIMS`: output or input
     channels, rows, batch; matmul columns, reduction, rows, batch; for a conv2d, when planning
     one input on the whole grid, also a 2-D split, :data:`~.placement.TILES`: row bands by
-    output-channel slices, each band gathered among its own clusters) and a group among the
+    output-channel slices, each band gathered among its own clusters, or for a depthwise conv
+    each tile read where it lies) and a group among the
     nested sub-meshes of :func:`~.layouts.allocation_groups`, or runs whole on the first
     cluster. The choice is joint over the model (CN115829017B's strategy x allocation): the cost
     (:func:`~.layouts.plan_cost`) runs the ops one after another, each split op's slowest
