@@ -190,6 +190,7 @@ class _Distributor:
         self._crossing: dict[tuple[relax.Var, int], relax.Var] = {}
         self._whole: dict[tuple[relax.Var, int], relax.Expr] = {}
         self._cuts: dict[tuple, relax.Expr] = {}  # (var, box): its slice, cut once
+        self._constant_cuts: dict[tuple, tvm.ir.expr.Constant] = {}  # (constant, box)
         self.users: dict[relax.Var, list[relax.VarBinding]] = {}  # the bindings reading a Var
 
     # -- emitting ------------------------------------------------------------------------------
@@ -255,7 +256,7 @@ class _Distributor:
         value = self.resolve(value)
         name = getattr(value, "name", "const")
         if isinstance(value, tvm.ir.expr.Constant):
-            return _constant_box(value, {axis: (lo, hi)})
+            return self._constant_cut(value, {axis: (lo, hi)})
         layout = self.layout.get(value) if isinstance(value, relax.Var) else None
         if layout is None:  # a model input
             return self._slice(self.use(value, cluster), axis, lo, hi, f"{name}_cut", cluster)
@@ -345,9 +346,18 @@ class _Distributor:
         (axis, (lo, hi)), *rest = own.items()
         piece = self.region(operand, axis, lo, hi, cluster)
         if isinstance(piece, tvm.ir.expr.Constant):
-            return _constant_box(piece, dict(rest))
+            return self._constant_cut(piece, dict(rest))
         return self._cut(piece, {other: span for other, span in rest},
                          f"{getattr(value, 'name', 'const')}_cut", cluster) if rest else piece
+
+    def _constant_cut(self, value: tvm.ir.expr.Constant, box: dict[int, tuple[int, int]]
+                      ) -> tvm.ir.expr.Constant:
+        """The region ``box`` of a constant (:func:`_constant_box`), cut once however many
+        parts read it (a bias slice read by every band of a 2-D split)."""
+        key = (value, tuple(sorted(box.items())))
+        if key not in self._constant_cuts:
+            self._constant_cuts[key] = _constant_box(value, box)
+        return self._constant_cuts[key]
 
     def _gather(self, pieces: list[relax.Var], axis: int, name: str, cluster: int) -> relax.Var:
         """``pieces`` concatenated along ``axis`` on ``cluster``, as one :data:`GATHER` call
@@ -1270,19 +1280,20 @@ def _by_level(mod: tvm.IRModule, cluster_of: dict[relax.Var, int]) -> tvm.IRModu
     blocks = []
     for block in main.body.blocks:
         level: dict[relax.Var, int] = {}
+        inputs: dict[relax.Var, list[relax.Var]] = {}  # the block's values each binding reads
         queues: dict[int, list[relax.VarBinding]] = {}
         for binding in block.bindings:
-            level[binding.var] = 1 + max(
-                (level[v] for v in relax.analysis.free_vars(binding.value) if v in level),
-                default=-1)
+            inputs[binding.var] = [v for v in relax.analysis.free_vars(binding.value)
+                                   if v in level]
+            level[binding.var] = 1 + max((level[v] for v in inputs[binding.var]), default=-1)
             queues.setdefault(cluster_of.get(binding.var, -1), []).append(binding)
         for queue in queues.values():
             queue.sort(key=lambda b: level[b.var])
             queue.reverse()  # popped from the end
         done: set[relax.Var] = set()
 
-        def ready(binding: relax.VarBinding, done=done, level=level) -> bool:
-            return all(v in done for v in relax.analysis.free_vars(binding.value) if v in level)
+        def ready(binding: relax.VarBinding, done=done, inputs=inputs) -> bool:
+            return all(v in done for v in inputs[binding.var])
 
         ordered: list[relax.VarBinding] = []
         current = None

@@ -75,18 +75,22 @@ def _path_to(near: dict[int, list[int]], members: list[int], start: int, goal: i
             seen.discard(d)
         return False
 
-    def stranded(end: int) -> bool:
-        """Whether some unvisited member can no longer lie on the path: inside a ring it needs
+    def short(u: int, end: int) -> bool:
+        """Whether unvisited member ``u`` can no longer lie on the path: inside a ring it needs
         two neighbours among the unvisited and the path's end (the goal, which ends it, one);
         on an open path (no goal) one."""
-        for u in members:
-            if u in seen:
-                continue
-            free = sum(1 for v in near[u] if v not in seen or v == end)
-            if free < (2 if goal is not None and u != goal else 1):
-                return True
-        return False
+        free = sum(1 for v in near[u] if v not in seen or v == end)
+        return free < (2 if goal is not None and u != goal else 1)
 
+    def stranded(end: int) -> bool:
+        """Whether some unvisited member is :func:`short` now that ``end`` ends the path: only
+        the neighbours of the member before it can be (that member no longer ends the path,
+        and ``end`` still counts for its own neighbours); every other member was checked when
+        the path reached that member, or at the start."""
+        return any(short(u, end) for u in near[path[-2]] if u not in seen)
+
+    if any(short(u, start) for u in members if u not in seen):
+        return None
     return list(path) if extend() else None
 
 

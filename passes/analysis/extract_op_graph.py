@@ -298,6 +298,7 @@ def extract_op_graph(mod: tvm.IRModule, device_dtype: str | None = None) -> OpGr
     ops: list[OpNode] = []
     graph = nx.DiGraph()
     input_uses: list[list[int]] = [[] for _ in params]
+    known: dict[relax.Var, int] = {}  # bytes of each value bound so far, read by many ops
 
     for op_id, binding in enumerate(bindings):
         value = binding.value
@@ -317,7 +318,8 @@ def extract_op_graph(mod: tvm.IRModule, device_dtype: str | None = None) -> OpGr
             name = value.op.name if isinstance(value, relax.Call) and hasattr(value.op, "name") \
                 else type(value).__name__
         graph.add_node(op_id)
-        sizes = {var: tensor_bytes(var.ty, f"value {var.name}", device_dtype)
+        sizes = {var: known[var] if var in known
+                 else tensor_bytes(var.ty, f"value {var.name}", device_dtype)
                  for var in _value_vars(value)}
         for var, nbytes in sizes.items():
             if var in defined_by:
@@ -327,6 +329,7 @@ def extract_op_graph(mod: tvm.IRModule, device_dtype: str | None = None) -> OpGr
         input_bytes, written = (moved_bytes(mod, value, sizes, out_bytes, slice_cache)
                                 if kind == "call_tir" else (sum(sizes.values()), out_bytes))
         defined_by[binding.var] = op_id
+        known[binding.var] = out_bytes
         ops.append(OpNode(op_id, name, kind, flops, input_bytes, written, weight_bytes))
 
     output_ops = [defined_by[var] for var in _value_vars(func.body.body) if var in defined_by]
