@@ -1279,31 +1279,34 @@ def _by_level(mod: tvm.IRModule, cluster_of: dict[relax.Var, int]) -> tvm.IRModu
     main = mod["main"]
     blocks = []
     for block in main.body.blocks:
-        level: dict[relax.Var, int] = {}
-        inputs: dict[relax.Var, list[relax.Var]] = {}  # the block's values each binding reads
-        queues: dict[int, list[relax.VarBinding]] = {}
-        for binding in block.bindings:
-            inputs[binding.var] = [v for v in relax.analysis.free_vars(binding.value)
-                                   if v in level]
-            level[binding.var] = 1 + max((level[v] for v in inputs[binding.var]), default=-1)
-            queues.setdefault(cluster_of.get(binding.var, -1), []).append(binding)
+        # By position in the block: Vars read back from the IR are new Python objects, whose
+        # look-ups compare through the FFI (millions of times on a 256-way split).
+        bindings = list(block.bindings)
+        position: dict[relax.Var, int] = {}
+        level: list[int] = []
+        inputs: list[list[int]] = []  # the positions of the block's values each binding reads
+        queues: dict[int, list[int]] = {}
+        for i, binding in enumerate(bindings):
+            reads = [position[v] for v in relax.analysis.free_vars(binding.value)
+                     if v in position]
+            inputs.append(reads)
+            level.append(1 + max((level[j] for j in reads), default=-1))
+            position[binding.var] = i
+            queues.setdefault(cluster_of.get(binding.var, -1), []).append(i)
         for queue in queues.values():
-            queue.sort(key=lambda b: level[b.var])
+            queue.sort(key=level.__getitem__)
             queue.reverse()  # popped from the end
-        done: set[relax.Var] = set()
-
-        def ready(binding: relax.VarBinding, done=done, inputs=inputs) -> bool:
-            return all(v in done for v in inputs[binding.var])
-
+        done = [False] * len(bindings)
         ordered: list[relax.VarBinding] = []
         current = None
-        while len(ordered) < len(block.bindings):
-            if current is None or not queues[current] or not ready(queues[current][-1]):
+        while len(ordered) < len(bindings):
+            if current is None or not queues[current] or not all(
+                    done[j] for j in inputs[queues[current][-1]]):
                 current = min((c for c in queues if queues[c]),
-                              key=lambda c: (level[queues[c][-1].var], c))
-            binding = queues[current].pop()
-            ordered.append(binding)
-            done.add(binding.var)
+                              key=lambda c: (level[queues[c][-1]], c))
+            i = queues[current].pop()
+            ordered.append(bindings[i])
+            done[i] = True
         blocks.append(type(block)(ordered))
     body = relax.SeqExpr(blocks, main.body.body)
     return _with_main(mod, relax.Function(main.params, body, main.ret_ty, main.is_pure,
