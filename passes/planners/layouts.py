@@ -52,6 +52,7 @@ from tvm_chiplet.passes.planners.base import PlanningProblem
 from tvm_chiplet.passes.planners.placement import (
     REDUCTION_DIMS,
     PlanningError,
+    depthwise,
     part_bytes,
     tiles_by,
 )
@@ -399,8 +400,7 @@ class LayoutCosts:
     def depthwise(self, op_id: int) -> bool:
         """Whether ``op_id`` is a depthwise conv: split along rows and output channels but not
         input channels (a 2-D split's tile reads only its own channels)."""
-        dims = self.problem.split_dims.get(op_id, {})
-        return "out_channels" in dims and "in_channels" not in dims
+        return depthwise(self.problem.split_dims.get(op_id, {}))
 
     def prefix(self, group: int, size: int) -> int:
         """The group of ``group``'s first ``size`` members (``group`` itself when none is)."""

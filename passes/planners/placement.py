@@ -52,6 +52,12 @@ def tileable(dims) -> bool:
     return {"rows", "out_channels"} <= set(dims)
 
 
+def depthwise(dims) -> bool:
+    """Whether an op with split dimensions ``dims`` is a depthwise conv: output channels but no
+    input-channel split (each output channel reads its own input channel)."""
+    return "out_channels" in dims and "in_channels" not in dims
+
+
 def tiles_dim(by: int) -> str:
     """The split dimension of a 2-D split with ``by`` output-channel slices per row band."""
     return f"{TILES}/{by}"
