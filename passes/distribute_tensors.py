@@ -555,11 +555,12 @@ class _Distributor:
         if out is None or None in out:
             return None
         if name in ELEMENTWISE_OPS:
-            if self._gather_is_cheaper(var, call, tensors):
-                return None
             source = next(a for a in tensors
                           if isinstance(self.layout[a], (_Sharded, _Partial, _Tiled)))
             layout = self.layout[source]
+            if (self._gather_is_cheaper(var, call, tensors)
+                    and not self._stays_distributed(var, source, len(out))):
+                return None
             if isinstance(layout, _Tiled):
                 return self._follow_tiles(var, call, args, layout, source)
             if isinstance(layout, _Partial):
@@ -728,6 +729,19 @@ class _Distributor:
                 gather += sum(_nbytes(p) for p, c in zip(layout.parts, layout.clusters,
                                                          strict=True) if c != target)
         return gather < scatter
+
+    def _stays_distributed(self, var: relax.Var, source: relax.Var, rank: int) -> bool:
+        """Whether the ops after an elementwise ``var`` (rank ``rank``) that follows ``source``
+        keep its layout (:meth:`_kept`): then following it is worth scattering a whole operand
+        once, where gathering would leave every later op whole on one cluster too (a
+        transformer's residual adds and layer norms after a reduce-scatter along the rows)."""
+        layout = self.layout[source]
+        if isinstance(layout, _Tiled):
+            return False
+        shape = _shape(source)
+        axis = (self._scatter_axis(source, shape) if isinstance(layout, _Partial)
+                else layout.axis)
+        return self._kept(var, axis + rank - len(shape), rank, depth=8)
 
     def _followed_axis(self, call: relax.Call, axis: int, rank: int) -> int | None:
         """Output axis that input axis ``axis`` becomes under ``call``, or None if a part of the

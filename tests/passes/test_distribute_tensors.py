@@ -393,6 +393,39 @@ def test_a_partial_sum_before_a_layer_norm_is_scattered_along_the_rows_it_keeps(
     assert len(sent) >= 12 and all(m[0] <= quarter for m in crossings(reduced, clusters))
 
 
+def two_residual_norms():
+    """A transformer's residual stream over two blocks: y = norm(x); each block adds a
+    row-parallel matmul (reduction) and a bias to the stream, then norms it."""
+    def build(bb, x):
+        stream = bb.emit(relax.op.nn.layer_norm(x, const(32), const(32), axes=[-1]))
+        for _ in range(2):
+            h = bb.emit(relax.op.add(relax.op.matmul(stream, const(32, 32)), const(32)))
+            stream = bb.emit(relax.op.nn.layer_norm(relax.op.add(h, stream), const(32),
+                                                    const(32), axes=[-1]))
+        return stream
+    return module(build, shape=(16, 32))
+
+
+def test_a_residual_stream_stays_sharded_along_the_rows_once_scattered():
+    # The first residual add reads the whole stream (one norm, on cluster 0) and the reduced
+    # matmul's rows, sharded over four clusters: gathering those rows (3 quarters) moves less
+    # than scattering the stream (4 quarters), but then every later add and norm would run
+    # whole on one cluster too. The stream is scattered once instead: both blocks' adds and
+    # norms run on each cluster's rows, and nothing whole-size crosses after the first norm.
+    mod = two_residual_norms()
+    splits = [DistributedSplit(0, "reduction", (0, 1, 2, 3)),
+              DistributedSplit(1, "reduction", (0, 1, 2, 3))]
+    reduced, clusters = distribute_and_reduce(mod, splits, home=0)
+    check_numerics(mod, reduced, (16, 32))
+    bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
+    norms = [c for b, c in zip(bindings, clusters, strict=True)
+             if isinstance(b.value, relax.Call) and b.value.args
+             and "layer_norm" in getattr(b.value.args[0], "name_hint", "")]
+    assert len(norms) == 1 + 2 * 4 and set(norms) == {0, 1, 2, 3}
+    whole = 16 * 32 * 4
+    assert all(size < whole for size, _, _ in crossings(reduced, clusters))
+
+
 def test_each_cluster_sends_what_others_need_before_computing_its_own_part():
     mod = conv_chain()
     splits = [DistributedSplit(0, "rows", (0, 1, 2, 3)), DistributedSplit(1, "rows", (0, 1, 2, 3))]
