@@ -10,7 +10,8 @@ from tvm_chiplet.passes.analysis.batch_axis import batch_axis_break
 from tvm_chiplet.passes.attrs import CALL_TIR
 from tvm_chiplet.passes.planners.placement import PlanningError
 
-RESHAPE = tvm.ir.Op.get("relax.reshape")
+SHAPED = (tvm.ir.Op.get("relax.reshape"), tvm.ir.Op.get("relax.broadcast_to"))
+"""Ops whose second operand is their output's shape, resized with the batch."""
 
 
 def replica_batches(batch: int, replicas: int) -> list[int]:
@@ -40,7 +41,8 @@ class _Rebatch(PyExprMutator):
                 f"data-parallel cannot re-batch {call.args[0].name_hint}: a call_tir has fixed "
                 "shapes; give the model before legalization, or use the pipeline strategy"
             )
-        if call.op.same_as(RESHAPE) and isinstance(call.args[1], relax.ShapeExpr):
+        if (any(call.op.same_as(op) for op in SHAPED)
+                and isinstance(call.args[1], relax.ShapeExpr)):
             dims = list(call.args[1].values)
             if dims and isinstance(dims[0], tvm.tirx.IntImm) and int(dims[0]) == self.batch:
                 dims = [self.replica_batch, *dims[1:]]

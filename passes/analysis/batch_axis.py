@@ -203,11 +203,19 @@ def _visit(binding: relax.VarBinding, batch: int, batched: set, tuples: dict) ->
             return f"{where} slices the batch axis"
         batched.add(var)
         return None
+    if name == "relax.broadcast_to":
+        data = _shape(value.args[0])
+        if not data or len(data) != rank or data[0] != batch:
+            return f"{where} broadcasts a batched operand along the batch"
+        batched.add(var)
+        return None
     if name in PER_SAMPLE_OPS:
         if any(carried[1:]):
             return f"{where} mixes the samples of its operands"
         axes = _axes(attrs)
-        if axes is None or any(_is_axis0(a, value.args[0]) for a in axes):
+        # expand_dims names the new axes' positions in its output, the others in their input.
+        axis_of = var if name == "relax.expand_dims" else value.args[0]
+        if axes is None or any(_is_axis0(a, axis_of) for a in axes):
             return f"{where} works along axis 0, the batch"
         if name == "relax.nn.pad" and any(int(p) for p in attrs.pad_width[:2]):
             return f"{where} pads the batch axis"

@@ -126,3 +126,40 @@ def test_a_model_that_mixes_samples_is_refused_naming_the_op():
                                             r"pipeline strategy"):
         ReplicateDataParallel(replicas=2)(SoftmaxOverBatch)
     assert ReplicateDataParallel(replicas=2)(Flatten)["main"] is not None
+
+
+@I.ir_module
+class SqueezeExcite:
+    @R.function
+    def main(x: R.Tensor((4, 3, 2, 2), "float32")) -> R.Tensor((4, 3, 2, 2), "float32"):
+        with R.dataflow():
+            s = R.mean(x, axis=[2, 3])
+            g = R.expand_dims(R.expand_dims(R.sigmoid(s), axis=[2]), axis=[3])
+            y = R.multiply(x, R.broadcast_to(g, R.shape([4, 3, 2, 2])))
+            R.output(y)
+        return y
+
+
+@I.ir_module
+class NewLeadingAxis:
+    @R.function
+    def main(x: R.Tensor((4, 3), "float32")) -> R.Tensor((1, 4, 3), "float32"):
+        with R.dataflow():
+            y = R.expand_dims(x, axis=[0])
+            R.output(y)
+        return y
+
+
+def test_per_sample_unsqueezes_and_broadcasts_are_kept_a_new_leading_axis_is_refused():
+    # A squeeze-and-excite block: axis 2 of the pooled (4, 3) is a position in the (4, 3, 1)
+    # output, not axis 0 of the input (it was read as 2 % 2 == 0 and refused).
+    replicated = ReplicateDataParallel(replicas=2)(SqueezeExcite)
+    x = np.random.default_rng(0).normal(size=(4, 3, 2, 2)).astype("float32")
+
+    def run(mod):
+        vm = relax.VirtualMachine(tvm.compile(mod, "llvm"), tvm.cpu())
+        return vm["main"](tvm.runtime.tensor(x)).numpy()
+
+    np.testing.assert_allclose(run(replicated), run(SqueezeExcite), rtol=1e-6)
+    with pytest.raises(PlanningError, match=r"relax.expand_dims \(y\) gives axis 0 of size 1"):
+        ReplicateDataParallel(replicas=2)(NewLeadingAxis)
