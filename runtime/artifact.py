@@ -60,9 +60,22 @@ class InputSpec:
     name: str
     shape: tuple[int, ...]
     dtype: str
+    index_range: tuple[int, int] | None = None
+    """``[low, high)`` of an integer input that indexes a table (an embedding's token ids):
+    the values outside it would read past the table, which the compiled lookup does not
+    check."""
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+        spec = {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+        if self.index_range is not None:
+            spec["index_range"] = list(self.index_range)
+        return spec
+
+    @classmethod
+    def from_dict(cls, data: dict) -> InputSpec:
+        bounds = data.get("index_range")
+        return cls(data["name"], tuple(data["shape"]), data["dtype"],
+                   tuple(bounds) if bounds is not None else None)
 
 
 @dataclass
@@ -283,9 +296,7 @@ def load_module(path: str | os.PathLike) -> ChipletModule:
         executable=executable,
         plan=json.loads(payload["plan.json"]),
         system=system,
-        input_specs=[
-            InputSpec(i["name"], tuple(i["shape"]), i["dtype"]) for i in meta.get("inputs", [])
-        ],
+        input_specs=[InputSpec.from_dict(i) for i in meta.get("inputs", [])],
         target=meta.get("target", ""),
         path=path,
         _tmpdir=tmpdir,

@@ -77,6 +77,15 @@ def check_inputs(specs, inputs: Mapping[str, np.ndarray] | list) -> list[np.ndar
             raise InputError(
                 f"input {spec.name!r}: expected dtype {spec.dtype}, given {value.dtype}"
             )
+        if spec.index_range is not None and value.size:
+            low, high = spec.index_range
+            outside = (value < low) | (value >= high)
+            if outside.any():
+                raise InputError(
+                    f"input {spec.name!r} indexes a table of {high} rows: its values must lie "
+                    f"in [{low}, {high}), given {value[outside].flat[0]} (and "
+                    f"{int(outside.sum()) - 1} more outside)"
+                )
         ordered.append(np.asarray(value, order="C"))  # ascontiguousarray makes 0-d 1-d
     return ordered
 

@@ -366,6 +366,7 @@ def input_specs(mod: tvm.IRModule) -> list[InputSpec]:
     names = [param.name for param in params]
     if mod.attrs is not None and ATTR_INPUT_NAMES in mod.attrs:
         names = [str(name) for name in mod.attrs[ATTR_INPUT_NAMES]]
+    ranges = _index_ranges(mod["main"])
     specs = []
     for name, param in zip(names, params, strict=True):
         ty = param.ty
@@ -379,5 +380,53 @@ def input_specs(mod: tvm.IRModule) -> list[InputSpec]:
                     f'--input-shapes "{name}:[...]"'
                 )
             dims.append(int(dim))
-        specs.append(InputSpec(name, tuple(dims), str(ty.dtype)))
+        specs.append(InputSpec(name, tuple(dims), str(ty.dtype), ranges.get(param)))
     return specs
+
+
+_SHAPE_ONLY = frozenset(f"relax.{name}" for name in (
+    "astype", "reshape", "expand_dims", "squeeze", "permute_dims", "flatten"))
+"""Ops that move an input's values without changing them."""
+
+
+def _index_ranges(main: relax.Function) -> dict[relax.Var, tuple[int, int]]:
+    """``{input: [low, high)}`` of each integer input of ``main`` that a table lookup reads
+    unchecked (``take`` in ``"fast"`` mode, which reads past the table, or crashes, outside
+    it): its values index the table's rows directly (``[0, rows)``), or through the ONNX
+    importer's wrap of negative indices (``where(x < 0, x + rows, x)``: ``[-rows, rows)``).
+    The tightest over every lookup; an input transformed otherwise before a lookup is not
+    checked (its valid values are not the table's)."""
+    params = {p for p in main.params
+              if isinstance(p.ty, relax.TensorType) and "int" in str(p.ty.dtype)}
+    values: dict[relax.Var, tuple[relax.Var, bool]] = {p: (p, False) for p in params}
+    negative: dict[relax.Var, relax.Var] = {}  # x < 0 of an input's values -> the input
+    ranges: dict[relax.Var, tuple[int, int]] = {}
+    for block in main.body.blocks:
+        for binding in block.bindings:
+            call = binding.value
+            if not (isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op)):
+                continue
+            name = call.op.name
+            if name in _SHAPE_ONLY and call.args[0] in values:
+                values[binding.var] = values[call.args[0]]
+            elif (name == "relax.less" and call.args[0] in values
+                  and isinstance(call.args[1], tvm.ir.expr.Constant)
+                  and not call.args[1].value.numpy().any()):
+                negative[binding.var] = values[call.args[0]][0]
+            elif (name == "relax.where" and call.args[2] in values
+                  and negative.get(call.args[0]) is values[call.args[2]][0]):
+                values[binding.var] = (values[call.args[2]][0], True)
+            elif (name == "relax.take" and call.args[1] in values
+                  and str(call.attrs.mode) == "fast"):
+                shape = getattr(call.args[0].ty, "shape", None)
+                dims = getattr(shape, "values", None)
+                axis = int(call.attrs.axis) if call.attrs.axis is not None else None
+                if dims is None or axis is None or not isinstance(dims[axis], tvm.tirx.IntImm):
+                    continue
+                param, wraps = values[call.args[1]]
+                rows = int(dims[axis])
+                low, high = (-rows if wraps else 0), rows
+                if param in ranges:
+                    low, high = max(low, ranges[param][0]), min(high, ranges[param][1])
+                ranges[param] = (low, high)
+    return ranges

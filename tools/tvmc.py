@@ -179,7 +179,8 @@ def _load_inputs(args: argparse.Namespace, specs) -> dict[str, np.ndarray]:
         elif args.fill_mode == "ones":
             inputs[spec.name] = np.ones(spec.shape, spec.dtype)
         elif np.issubdtype(np.dtype(spec.dtype), np.integer):
-            inputs[spec.name] = rng.integers(0, 100, spec.shape).astype(spec.dtype)
+            high = spec.index_range[1] if spec.index_range is not None else 100
+            inputs[spec.name] = rng.integers(0, high, spec.shape).astype(spec.dtype)
         else:
             inputs[spec.name] = rng.standard_normal(spec.shape).astype(spec.dtype)
     return inputs

@@ -150,6 +150,44 @@ def test_run_inputs_that_do_not_match(cnn, tmp_path, capsys, change, expected):
     assert not (tmp_path / "o.npz").exists() and not leftovers(tmp_path)
 
 
+@pytest.fixture(scope="module")
+def embedding(tmp_path_factory):
+    """ids (1, 4) int64 -> Gather from a 10-row table -> relu, compiled for cluster-4."""
+    root = tmp_path_factory.mktemp("embedding")
+    table = helper.make_tensor("table", TensorProto.FLOAT, [10, 3],
+                               np.arange(30, dtype="float32").tolist())
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["e"], axis=0),
+         helper.make_node("Relu", ["e"], ["y"])], "embedding",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 3])], [table])
+    path = root / "embedding.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    artifact = root / "embedding.tar"
+    assert main(["compile", str(path), "--target", "chiplet/cluster-4", "-o",
+                 str(artifact)]) == 0
+    return artifact, np.arange(30, dtype="float32").reshape(10, 3)
+
+
+@pytest.mark.parametrize("ids", [[0, 9, -1, -10], [0, 10, 1, 2], [-11, 0, 0, 0]])
+def test_token_ids_outside_the_table_are_refused_naming_the_input(embedding, tmp_path, capsys,
+                                                                 ids):
+    # The compiled lookup does not check its indices: one past the table read garbage (NaN),
+    # far past it crashed the process. ONNX counts negative ids from the end.
+    artifact, table = embedding
+    path = tmp_path / "in.npz"
+    np.savez(path, ids=np.array([ids], dtype="int64"))
+    code, err = run_cli(["run", artifact, "--inputs", path, "--outputs", tmp_path / "o.npz"],
+                        capsys)
+    if all(-10 <= i < 10 for i in ids):
+        assert code == 0
+        with np.load(tmp_path / "o.npz") as out:
+            np.testing.assert_array_equal(next(iter(out.values())), table[ids][None])
+    else:
+        assert code == 2 and "input 'ids' indexes a table of 10 rows" in err
+        assert "[-10, 10)" in err and not (tmp_path / "o.npz").exists()
+
+
 def test_failed_export_leaves_no_partial_file(cnn, tmp_path, capsys):
     target_dir = tmp_path / "missing-dir"
     code, err = run_cli(["compile", cnn[0], "--target", "chiplet/cluster-4",
