@@ -6,7 +6,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from tvm_chiplet.passes.analysis.batch_axis import batch_axis_break
+from tvm_chiplet.passes.analysis.batch_axis import batch_axis
 from tvm_chiplet.passes.attrs import CALL_TIR
 from tvm_chiplet.passes.planners.placement import PlanningError
 
@@ -23,17 +23,24 @@ def replica_batches(batch: int, replicas: int) -> list[int]:
 class _Rebatch(PyExprMutator):
     """Re-emit one replica: inputs renamed to the replica's slices, batch-sized shapes resized."""
 
-    def __init__(self, mapping: dict, batch: int, replica_batch: int) -> None:
+    def __init__(self, mapping: dict, batch: int, replica_batch: int,
+                 per_sample: list) -> None:
         super().__init__()
         self.mapping = mapping
         self.batch = batch
         self.replica_batch = replica_batch
+        self.per_sample = per_sample  # constants of the batch's size, every sample alike
 
     def visit_var_(self, var: relax.Var) -> relax.Expr:
         return self.mapping.get(var, var)
 
     def visit_dataflow_var_(self, var: relax.DataflowVar) -> relax.Expr:
         return self.mapping.get(var, var)
+
+    def visit_generic_const_(self, const: relax.Expr) -> relax.Expr:
+        if any(const.same_as(c) for c in self.per_sample):
+            return relax.const(const.value.numpy()[:self.replica_batch], str(const.ty.dtype))
+        return const
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         if call.op.same_as(CALL_TIR):
@@ -68,10 +75,12 @@ class ReplicateDataParallel:
 
     Every input is split along axis 0 (``R.split``) into slices of nearly equal batch (a batch
     not divisible by the replica count gives the first replicas one more sample); the whole
-    graph is re-emitted once per slice, with batch-sized reshape targets resized and types
-    re-inferred; the replicas' results are concatenated along axis 0. Weights are constants and
-    so are replicated with the graph. Run it on the high-level module, before ReduceGraph; the
-    ``data-parallel`` planner then puts each replica on its own cluster.
+    graph is re-emitted once per slice, with batch-sized reshape and broadcast targets resized,
+    constants of the batch's size with every sample alike (a class token expanded to the
+    batch) cut to the slice's, and types re-inferred; the replicas' results are concatenated
+    along axis 0. Weights are constants and so are replicated with the graph. Run it on the
+    high-level module, before ReduceGraph; the ``data-parallel`` planner then puts each
+    replica on its own cluster.
 
     Parameters
     ----------
@@ -112,7 +121,7 @@ class ReplicateDataParallel:
                 raise PlanningError("data-parallel needs 'main' made of dataflow blocks")
         if replicas == 1:
             return mod
-        broken = batch_axis_break(main)
+        broken, per_sample = batch_axis(main)
         if broken:
             raise PlanningError(
                 f"data-parallel cuts the inputs along axis 0 and runs a copy of the model on "
@@ -134,7 +143,7 @@ class ReplicateDataParallel:
                 results = []
                 for r, size in enumerate(sizes):
                     mapping = {p: s[r] for p, s in zip(main.params, slices, strict=True)}
-                    rebatch = _Rebatch(mapping, batch, size)
+                    rebatch = _Rebatch(mapping, batch, size, per_sample)
                     for block in main.body.blocks:
                         for binding in block.bindings:
                             value = rebatch.visit_expr(binding.value)

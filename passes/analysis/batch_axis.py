@@ -46,7 +46,19 @@ PER_SAMPLE_OPS = frozenset(
 def batch_axis_break(main: relax.Function) -> str | None:
     """``None`` when axis 0 of every input of ``main`` is a batch that every op keeps and every
     output carries; else what breaks it, naming the op (e.g. ``"relax.mean reduces axis 0 of
-    lv3"``)."""
+    lv3"``). A constant of the batch's size whose samples are all alike (a class token
+    expanded to the batch, then folded) counts as per sample (:func:`same_per_sample`)."""
+    return batch_axis(main)[0]
+
+
+def batch_axis(main: relax.Function) -> tuple[str | None, list[tvm.ir.expr.Constant]]:
+    """:func:`batch_axis_break`'s answer, and the constants it read as per sample (each copy
+    of a data-parallel graph reads its own slice's samples of them)."""
+    per_sample: list[tvm.ir.expr.Constant] = []
+    return _batch_axis_break(main, per_sample), per_sample
+
+
+def _batch_axis_break(main: relax.Function, per_sample: list) -> str | None:
     params = list(main.params)
     if not params:
         return "main has no inputs"
@@ -58,7 +70,7 @@ def batch_axis_break(main: relax.Function) -> str | None:
     tuples: dict[relax.Var, list[bool]] = {}
     for block in main.body.blocks:
         for binding in block.bindings:
-            why = _visit(binding, batch, batched, tuples)
+            why = _visit(binding, batch, batched, tuples, per_sample)
             if why:
                 return why
     outputs = main.body.body
@@ -103,7 +115,8 @@ def _axes(attrs) -> list[int] | None:
     return found
 
 
-def _visit(binding: relax.VarBinding, batch: int, batched: set, tuples: dict) -> str | None:
+def _visit(binding: relax.VarBinding, batch: int, batched: set, tuples: dict,
+           per_sample: list) -> str | None:
     var, value = binding.var, binding.value
     if isinstance(value, relax.TupleGetItem):
         source = value.tuple_value
@@ -149,7 +162,9 @@ def _visit(binding: relax.VarBinding, batch: int, batched: set, tuples: dict) ->
                     return f"{where} broadcasts a batched operand along the batch"
                 continue
             if len(shape) == rank and shape[0] != 1:
-                return f"{where} reads an operand of batch size that is not per sample"
+                if not same_per_sample(arg, batch):
+                    return f"{where} reads an operand of batch size that is not per sample"
+                per_sample.append(arg)
         batched.add(var)
         return None
     if name == "relax.matmul":
@@ -176,8 +191,10 @@ def _visit(binding: relax.VarBinding, batch: int, batched: set, tuples: dict) ->
         return None
     if name == "relax.concat":
         fields = value.args[0].fields if isinstance(value.args[0], relax.Tuple) else []
-        if not fields or not all(isinstance(f, relax.Var) and f in batched for f in fields):
+        if not fields or not all((isinstance(f, relax.Var) and f in batched)
+                                 or same_per_sample(f, batch) for f in fields):
             return f"{where} joins batched and unbatched values"
+        per_sample += [f for f in fields if same_per_sample(f, batch)]
         if int(attrs.axis) % rank == 0:
             return f"{where} concatenates along the batch axis"
         batched.add(var)
@@ -222,6 +239,14 @@ def _visit(binding: relax.VarBinding, batch: int, batched: set, tuples: dict) ->
         batched.add(var)
         return None
     return f"{where} is not known to keep the batch axis"
+
+
+def same_per_sample(expr: relax.Expr, batch: int) -> bool:
+    """Whether ``expr`` is a constant whose axis 0 is ``batch`` samples all alike."""
+    if not isinstance(expr, tvm.ir.expr.Constant) or _dim0(expr) != batch:
+        return False
+    array = expr.value.numpy()
+    return bool((array == array[:1]).all())
 
 
 def _is_axis0(axis: int, data: relax.Expr) -> bool:

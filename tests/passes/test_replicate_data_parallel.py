@@ -163,3 +163,33 @@ def test_per_sample_unsqueezes_and_broadcasts_are_kept_a_new_leading_axis_is_ref
     np.testing.assert_allclose(run(replicated), run(SqueezeExcite), rtol=1e-6)
     with pytest.raises(PlanningError, match=r"relax.expand_dims \(y\) gives axis 0 of size 1"):
         ReplicateDataParallel(replicas=2)(NewLeadingAxis)
+
+
+def class_token(token: np.ndarray) -> tvm.IRModule:
+    """A ViT's first step: a class token (``token``, one row per sample, folded to a constant
+    of the batch's size) before each sample's 3 patches."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((4, 3, 8), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            tokens = bb.emit(relax.op.concat([relax.const(token), x], axis=1))
+            y = bb.emit_output(relax.op.nn.softmax(tokens, axis=1))
+        bb.emit_func_output(y)
+    return bb.get()
+
+
+def test_a_class_token_expanded_to_the_batch_is_cut_per_replica_unlike_samples_are_refused():
+    rng = np.random.default_rng(0)
+    row = rng.normal(size=(1, 1, 8)).astype("float32")
+    mod = class_token(np.repeat(row, 4, axis=0))
+    replicated = ReplicateDataParallel(replicas=3)(mod)  # slices of 2, 1 and 1 samples
+    x = rng.normal(size=(4, 3, 8)).astype("float32")
+
+    def run(m):
+        vm = relax.VirtualMachine(tvm.compile(m, "llvm"), tvm.cpu())
+        return vm["main"](tvm.runtime.tensor(x)).numpy()
+
+    np.testing.assert_allclose(run(replicated), run(mod), rtol=1e-6)
+    unlike = class_token(rng.normal(size=(4, 1, 8)).astype("float32"))
+    with pytest.raises(PlanningError, match=r"relax.concat \(.*\) joins batched and unbatched"):
+        ReplicateDataParallel(replicas=2)(unlike)
