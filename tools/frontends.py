@@ -347,7 +347,11 @@ def load_model(
 
 def describe_inputs(model: str | os.PathLike | onnx.ModelProto) -> list[tuple[str, str, list]]:
     """``(name, dtype, dims)`` of each input of an ONNX model, as ``--input-shapes`` takes them:
-    a dim is an int, the name of a symbolic dim, or ``"?"`` when the model leaves it open."""
+    a dim is an int, the name of a symbolic dim, or ``"?"`` when the model leaves it open; of
+    a PyTorch program (``.pt2``), its inputs as exported."""
+    if is_torch_model(model):
+        return [(spec.name, spec.dtype, list(spec.shape))
+                for spec in input_specs(load_model(model))]
     described = []
     for value in graph_inputs(load_onnx(model)):
         tensor = value.type.tensor_type

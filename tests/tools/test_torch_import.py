@@ -47,10 +47,12 @@ def test_a_module_built_with_example_inputs_matches_torch(net):
     np.testing.assert_allclose(outputs[0], expected, rtol=1e-4, atol=1e-5)
 
 
-def test_an_exported_program_through_tvmc_matches_torch(net, tmp_path):
+def test_an_exported_program_through_tvmc_matches_torch(net, tmp_path, capsys):
     module, x, expected = net
     path = tmp_path / "net.pt2"
     torch.export.save(torch.export.export(module, (x,)), path)
+    assert main(["compile", "--print-inputs", str(path)]) == 0  # was: "not an ONNX model"
+    assert capsys.readouterr().out.splitlines() == ["x  float32  [2,3,16,16]"]
     np.savez(tmp_path / "in.npz", x=x.numpy())
     assert main(["compile", str(path), "--target", TARGET, "-o", str(tmp_path / "m.tar")]) == 0
     assert main(["run", str(tmp_path / "m.tar"), "--inputs", str(tmp_path / "in.npz"),
