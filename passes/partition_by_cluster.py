@@ -146,6 +146,12 @@ class _Partitioner:
             list(relax.analysis.free_vars(b.value)) for b in self.bindings
         ]
         result_vars = set(relax.analysis.free_vars(main.body.body))
+        # The last binding reading each variable (the result reads past every binding): a
+        # segment returns what is read after it, found without walking the bindings after it.
+        last_use: dict[relax.Var, int] = dict.fromkeys(result_vars, len(self.bindings))
+        for i, used in enumerate(uses):
+            for v in used:
+                last_use[v] = max(last_use.get(v, i), i)
         builder = relax.BlockBuilder(self.mod)
         segment_io = []
         for k, (lo, hi) in enumerate(self.runs):
@@ -154,8 +160,7 @@ class _Partitioner:
             # data-dependent sizes on that way): the segment defining the shape has it.
             reads = {v for used in uses[lo:hi] for v in used
                      if v not in inside and v in def_index}
-            later = {v for used in uses[hi:] for v in used} | result_vars
-            writes = inside & later
+            writes = {v for v in inside if last_use.get(v, -1) >= hi}
             inputs = sorted(reads, key=def_index.__getitem__)
             outputs = sorted(writes, key=def_index.__getitem__)
             gvar = self._emit_segment(builder, k, lo, hi, inputs, outputs)
