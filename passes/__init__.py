@@ -1,6 +1,7 @@
 """IR passes of tvm-chiplet; each can be dropped into a ``tvm.transform.Sequential``."""
 
 from tvm_chiplet.passes.annotate_placement import AnnotatePlacement
+from tvm_chiplet.passes.conv1d_as_conv2d import Conv1dAsConv2d
 from tvm_chiplet.passes.fold_constant_calls import FoldConstantCalls
 from tvm_chiplet.passes.keep_quantized_weights import KeepQuantizedWeights
 from tvm_chiplet.passes.legalize_once import LegalizeOnce
@@ -15,6 +16,7 @@ from tvm_chiplet.passes.split_operators import SplitOperators
 __all__ = [
     "PIPELINES",
     "AnnotatePlacement",
+    "Conv1dAsConv2d",
     "FoldConstantCalls",
     "KeepQuantizedWeights",
     "LegalizeOnce",

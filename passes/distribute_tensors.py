@@ -764,6 +764,14 @@ class _Distributor:
             order = (list(range(rank))[::-1] if attrs.axes is None
                      else [int(a) % rank for a in attrs.axes])
             return order.index(axis)
+        if name == "relax.squeeze" and attrs.axis is not None:
+            removed = {int(a) % rank for a in attrs.axis}
+            return None if axis in removed else axis - sum(a < axis for a in removed)
+        if name == "relax.expand_dims":
+            out_rank = rank + len(attrs.axis)
+            added = {int(a) % out_rank for a in attrs.axis}
+            kept = [a for a in range(out_rank) if a not in added]
+            return kept[axis]
         return None
 
     def _parts(self, var: relax.Var, call: relax.Call, args: list[relax.Expr], axis: int,

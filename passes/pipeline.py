@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import tvm
 
+from tvm_chiplet.passes.conv1d_as_conv2d import Conv1dAsConv2d
 from tvm_chiplet.passes.partition_by_cluster import PartitionByCluster
 from tvm_chiplet.passes.plan_placement import PlanPlacement
 from tvm_chiplet.passes.plan_split_placement import PlanSplitPlacement
@@ -24,7 +25,7 @@ def _chiplet_default(
         passes = [ReplicateDataParallel(max_replicas=system.num_clusters), ReduceGraph(target),
                   PlanPlacement(system, strategy, simulator)]
     else:
-        passes = [PlanSplitPlacement(system, strategy, target, simulator)]
+        passes = [Conv1dAsConv2d(), PlanSplitPlacement(system, strategy, target, simulator)]
     return tvm.transform.Sequential([*passes, PartitionByCluster()], name="chiplet-default")
 
 
@@ -45,9 +46,10 @@ PIPELINES: dict[str, Callable[..., tvm.transform.Pass]] = {
 def get_pipeline(name: str = "chiplet-default", **options) -> tvm.transform.Pass:
     """The pass pipeline registered as ``name``.
 
-    ``chiplet-default``: PlanSplitPlacement (ReduceGraph, plan, and for strategies that split
-    ops DistributeTensors and ReduceGraph again) -> PartitionByCluster; for the ``data-parallel``
-    strategy ReplicateDataParallel -> ReduceGraph -> PlanPlacement -> PartitionByCluster.
+    ``chiplet-default``: Conv1dAsConv2d -> PlanSplitPlacement (ReduceGraph, plan, and for
+    strategies that split ops DistributeTensors and ReduceGraph again) -> PartitionByCluster;
+    for the ``data-parallel`` strategy ReplicateDataParallel -> ReduceGraph -> PlanPlacement
+    -> PartitionByCluster.
     ``chiplet-reduce``: ReduceGraph only (what the plain fused TVM build sees).
 
     Parameters
