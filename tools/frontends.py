@@ -418,7 +418,8 @@ def _index_ranges(main: relax.Function) -> dict[relax.Var, tuple[int, int]]:
                   and not call.args[1].value.numpy().any()):
                 negative[binding.var] = values[call.args[0]][0]
             elif (name == "relax.where" and call.args[2] in values
-                  and negative.get(call.args[0]) is values[call.args[2]][0]):
+                  and call.args[0] in negative
+                  and negative[call.args[0]].same_as(values[call.args[2]][0])):
                 values[binding.var] = (values[call.args[2]][0], True)
             elif (name == "relax.take" and call.args[1] in values
                   and str(call.attrs.mode) == "fast"):
