@@ -6,10 +6,12 @@ A split op's parts stay on their clusters. Every value of ``main`` gets a layout
 - **sharded** along one axis, part ``p`` (a range of that axis) on cluster ``clusters[p]``;
 - **partial**: one full-shape partial sum per cluster, to be added (an input-channel or
   reduction split's result);
-- **tiled**: row bands by channel slices of an NCHW tensor (a 2-D split's output). Elementwise
-  ops and max pools follow it tile by tile; a global pool (a mean, sum, max or min over the
-  rows, not the channels) reduces each tile where it lies and combines each channel slice's
-  bands on one member, leaving the result sharded along the channels.
+- **tiled**: row bands by channel slices (a 2-D split's output: of an NCHW tensor, or of a
+  matmul's rows and columns). Elementwise ops and max pools follow it tile by tile; a global
+  pool (a mean, sum, max or min over the rows, not the channels) reduces each tile where it
+  lies and combines each channel slice's bands on one member, leaving the result sharded along
+  the channels; an op that keeps the rows but not the channels (a layer norm over the
+  columns) reads it re-cut along the rows, each band's rows shared among the band's members.
 
 Ops that work element by element (activations, binary ops with broadcast, bias adds, residual
 adds), pools and reductions over other axes, softmax and layer norm over other axes, transposes
@@ -38,6 +40,7 @@ parts, halos and partial sums, so layouts live in this pass rather than in the t
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -84,6 +87,15 @@ SLICED_ADD = "chiplet.sliced_add"
 reduce-scatter's step, while the module is reduced: opaque to FuseOps, without markers.
 Replaced by a kernel afterwards."""
 
+SHARE_ROWS = 2
+"""Fewest rows of a share of a tiled value's row band when an op reads every channel of a row
+(a layer norm after a matmul's 2-D split): each share is fetched from every slice of its band
+and every later tile reads its rows from the shares, so one-row shares multiply small
+messages (BERT-base's 128 tokens in one-row shares over 64 slices: 8 192 pieces per residual
+add). BERT-base int8 batch 1 on the 16x16 mesh, by rows per share: 1: 251 k cycles, planned
+in 128 s; 2: 264 k, 76 s; 4: 286 k, 55 s (spreading the shares over the band instead of its
+first members: 290 k)."""
+
 _POOL_OPS = frozenset(
     ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d")
 )
@@ -117,24 +129,33 @@ class _Sharded:
     clusters: tuple[int, ...]
 
 
+_CHANNELS, _ROWS = 1, 2  # axes of an NCHW tensor
+
+
 @dataclass(frozen=True)
 class _Tiled:
-    """Row bands (axis 2) by channel slices (axis 1) of an NCHW tensor, a 2-D split's output:
-    part ``p`` is band ``p // n`` (rows ``rows[p // n]``) and slice ``p % n`` (channels
-    ``channels[p % n]``), ``n = len(channels)``, on ``clusters[p]``."""
+    """Row bands (along ``row_axis``) by channel slices (along ``channel_axis``) of a 2-D
+    split's output: part ``p`` is band ``p // n`` (rows ``rows[p // n]``) and slice ``p % n``
+    (channels ``channels[p % n]``), ``n = len(channels)``, on ``clusters[p]``. A conv2d's
+    NCHW output has its rows on axis 2 and channels on axis 1; a matmul's its rows and columns
+    on the last two axes."""
 
     rows: tuple[tuple[int, int], ...]
     channels: tuple[tuple[int, int], ...]
     parts: tuple[relax.Var, ...]
     clusters: tuple[int, ...]
+    row_axis: int = _ROWS
+    channel_axis: int = _CHANNELS
 
     def box(self, p: int) -> dict[int, tuple[int, int]]:
         """Part ``p``'s region: ``{axis: (begin, end)}``."""
         n = len(self.channels)
-        return {_ROWS: self.rows[p // n], _CHANNELS: self.channels[p % n]}
+        return {self.row_axis: self.rows[p // n], self.channel_axis: self.channels[p % n]}
 
-
-_CHANNELS, _ROWS = 1, 2  # axes of an NCHW tensor
+    @property
+    def nchw(self) -> bool:
+        """Whether this is a conv2d's NCHW output (pools and reductions over rows follow it)."""
+        return (self.row_axis, self.channel_axis) == (_ROWS, _CHANNELS)
 
 
 @dataclass(frozen=True)
@@ -191,6 +212,7 @@ class _Distributor:
         self._whole: dict[tuple[relax.Var, int], relax.Expr] = {}
         self._cuts: dict[tuple, relax.Expr] = {}  # (var, box): its slice, cut once
         self._constant_cuts: dict[tuple, tvm.ir.expr.Constant] = {}  # (constant, box)
+        self._by_rows: dict[relax.Var, _Sharded] = {}  # a tiled value re-cut along its rows
         self.users: dict[relax.Var, list[relax.VarBinding]] = {}  # the bindings reading a Var
 
     # -- emitting ------------------------------------------------------------------------------
@@ -269,17 +291,21 @@ class _Distributor:
             return self._sum(pieces, name, cluster)
         if isinstance(layout, _Tiled):
             return self._tiled_region(layout, name, {axis: (lo, hi)}, cluster)
+        return self._sharded_box(layout, name, {axis: (lo, hi)}, cluster)
+
+    def _sharded_box(self, layout: _Sharded, name: str, box: dict[int, tuple[int, int]],
+                     cluster: int) -> relax.Expr:
+        """The region ``box`` (``{axis: (begin, end)}``, other axes whole) of a sharded value
+        on ``cluster``: each part's share cut where it lies, along every axis of ``box``, and
+        gathered along the sharded axis."""
+        lo, hi = box.get(layout.axis, (0, layout.bounds[-1][1]))
         pieces = []
         for part, (begin, end), c in zip(layout.parts, layout.bounds, layout.clusters,
                                          strict=True):
-            if axis == layout.axis:
-                b, e = max(lo, begin), min(hi, end)
-                if b >= e:
-                    continue
-                piece = self._slice(part, axis, b - begin, e - begin, f"{name}_cut", c)
-            else:
-                piece = self._slice(part, axis, lo, hi, f"{name}_cut", c)
-            pieces.append(piece)
+            b, e = max(lo, begin), min(hi, end)
+            if b < e:
+                own = {**box, layout.axis: (b - begin, e - begin)}
+                pieces.append(self._cut(part, own, f"{name}_cut", c))
         if len(pieces) == 1:
             return self.use(pieces[0], cluster)
         return self._gather(pieces, layout.axis, f"{name}_gathered", cluster)
@@ -296,24 +322,25 @@ class _Distributor:
             return (lo - span[0], hi - span[0]) if lo < hi else None
 
         n = len(layout.channels)
+        row_axis, channel_axis = layout.row_axis, layout.channel_axis
         bands = []
         for i, band in enumerate(layout.rows):
-            rows = within(_ROWS, band)
+            rows = within(row_axis, band)
             if rows is None:
                 continue
             cells = []
             for j, slice_ in enumerate(layout.channels):
-                channels = within(_CHANNELS, slice_)
+                channels = within(channel_axis, slice_)
                 if channels is None:
                     continue
-                own = {**box, _ROWS: rows, _CHANNELS: channels}
+                own = {**box, row_axis: rows, channel_axis: channels}
                 p = i * n + j
                 cells.append(self._cut(layout.parts[p], own, f"{name}_cut", layout.clusters[p]))
             bands.append(cells[0] if len(cells) == 1
-                         else self._gather(cells, _CHANNELS, f"{name}_band", cluster))
+                         else self._gather(cells, channel_axis, f"{name}_band", cluster))
         if len(bands) == 1:
             return self.use(bands[0], cluster)
-        return self._gather(bands, _ROWS, f"{name}_gathered", cluster)
+        return self._gather(bands, row_axis, f"{name}_gathered", cluster)
 
     def _cut(self, var: relax.Var, box: dict[int, tuple[int, int]], name: str, cluster: int
              ) -> relax.Expr:
@@ -343,6 +370,8 @@ class _Distributor:
         layout = self.layout.get(value) if isinstance(value, relax.Var) else None
         if isinstance(layout, _Tiled):
             return self._tiled_region(layout, value.name, own, cluster)
+        if isinstance(layout, _Sharded) and layout.axis in own:
+            return self._sharded_box(layout, value.name, own, cluster)
         (axis, (lo, hi)), *rest = own.items()
         piece = self.region(operand, axis, lo, hi, cluster)
         if isinstance(piece, tvm.ir.expr.Constant):
@@ -570,10 +599,14 @@ class _Distributor:
                 return None
             return self._parts(var, call, args, axis, layout.bounds, layout,
                                lambda a, b, e, c: self._operand_region(a, len(out), axis, b, e, c))
-        if name == "relax.nn.max_pool2d" and isinstance(self.layout.get(args[0]), _Tiled):
-            return self._pool_tiles(var, call, args[0])
-        if isinstance(self.layout.get(args[0]), _Tiled) and _reduced_rows(call) is not None:
-            return self._reduce_tiles(var, call, args[0])
+        tiled = self.layout.get(args[0])
+        if isinstance(tiled, _Tiled) and tiled.nchw:
+            if name == "relax.nn.max_pool2d":
+                return self._pool_tiles(var, call, args[0])
+            if _reduced_rows(call) is not None:
+                return self._reduce_tiles(var, call, args[0])
+        if isinstance(tiled, _Tiled) and name != "relax.matmul":
+            return self._follow_tile_rows(var, call, args, args[0])
         if any(isinstance(self.layout[a], _Tiled) for a in tensors):
             return None  # read whole, gathered where the op runs
         if name == "relax.matmul":
@@ -612,8 +645,9 @@ class _Distributor:
                       layout: _Tiled, source: relax.Var) -> _Tiled | None:
         """An elementwise op following a tiled operand: one call per tile, each reading its
         region of every operand (the tile itself of an operand tiled alike)."""
-        out = _shape(var)
-        if len(out) != 4 or out[1:3] != _shape(source)[1:3]:
+        out, shape = _shape(var), _shape(source)
+        if len(out) != len(shape) or any(out[a] != shape[a]
+                                         for a in (layout.row_axis, layout.channel_axis)):
             return None
         parts = []
         for p, c in enumerate(layout.clusters):
@@ -622,7 +656,43 @@ class _Distributor:
                         if isinstance(a, (relax.Var, tvm.ir.expr.Constant)) else a for a in args]
             parts.append(self.emit(relax.Call(call.op, new_args, call.attrs, call.ty_args),
                                    f"{var.name}_p{p}", c))
-        return _Tiled(layout.rows, layout.channels, tuple(parts), layout.clusters)
+        return dataclasses.replace(layout, parts=tuple(parts))
+
+    def _follow_tile_rows(self, var: relax.Var, call: relax.Call, args: list[relax.Expr],
+                          data: relax.Var) -> _Sharded | None:
+        """An op that keeps a tiled operand's rows but reads every channel of them (a layer
+        norm over a matmul's columns): the operand re-cut along its rows over the same
+        clusters (:meth:`_tile_rows`), the op following that part by part; None when the op
+        does not keep the rows."""
+        layout = self.layout[data]
+        axis = self._followed_axis(call, layout.row_axis, len(_shape(data)))
+        if axis is None:
+            return None
+        rows = self._tile_rows(data, layout)
+        pieces = dict(zip(zip(rows.bounds, rows.clusters, strict=True), rows.parts, strict=True))
+        return self._parts(var, call, args, axis, rows.bounds, rows, lambda a, b, e, c: (
+            pieces[(b, e), c] if a.same_as(data) else self.whole(a, c)))
+
+    def _tile_rows(self, value: relax.Var, layout: _Tiled) -> _Sharded:
+        """``value`` (tiled as ``layout``) sharded along its rows over the same clusters, made
+        once: each band's rows shared among the first of the band's members (at least
+        :data:`SHARE_ROWS` rows each, where the band has that many), each fetching its rows
+        from every slice of its band (an all-to-all inside each band)."""
+        if value not in self._by_rows:
+            n = len(layout.channels)
+            bounds, parts, clusters = [], [], []
+            for i, (begin, end) in enumerate(layout.rows):
+                members = layout.clusters[i * n:(i + 1) * n]
+                shares = even_bounds(end - begin, max(1, min(n, (end - begin) // SHARE_ROWS)))
+                for (lo, hi), c in zip(shares, members[:len(shares)], strict=True):
+                    rows = (begin + lo, begin + hi)
+                    bounds.append(rows)
+                    parts.append(self._tiled_region(layout, value.name,
+                                                    {layout.row_axis: rows}, c))
+                    clusters.append(c)
+            self._by_rows[value] = _Sharded(layout.row_axis, tuple(bounds), tuple(parts),
+                                            tuple(clusters))
+        return self._by_rows[value]
 
     def _pool_tiles(self, var: relax.Var, call: relax.Call, data: relax.Var) -> _Tiled | None:
         """A max pool (NCHW, not ceil mode) of a tiled value, tile by tile: each part pools
@@ -649,7 +719,7 @@ class _Distributor:
                 padding=[pad_top, left, pad_bottom, right],
                 dilation=attrs.dilation, layout="NCHW")
             parts.append(self.emit(pool, f"{var.name}_p{p}", c))
-        return _Tiled(rows, layout.channels, tuple(parts), layout.clusters)
+        return dataclasses.replace(layout, rows=rows, parts=tuple(parts))
 
     def _reduce_tiles(self, var: relax.Var, call: relax.Call, data: relax.Var) -> _Sharded:
         """A reduction over the rows but not the channels of a tiled value (a global average
@@ -736,11 +806,13 @@ class _Distributor:
         once, where gathering would leave every later op whole on one cluster too (a
         transformer's residual adds and layer norms after a reduce-scatter along the rows)."""
         layout = self.layout[source]
-        if isinstance(layout, _Tiled):
-            return False
         shape = _shape(source)
-        axis = (self._scatter_axis(source, shape) if isinstance(layout, _Partial)
-                else layout.axis)
+        if isinstance(layout, _Tiled):  # its rows, which every later op must keep
+            axis = layout.row_axis
+        elif isinstance(layout, _Partial):
+            axis = self._scatter_axis(source, shape)
+        else:
+            axis = layout.axis
         return self._kept(var, axis + rank - len(shape), rank, depth=8)
 
     def _followed_axis(self, call: relax.Call, axis: int, rank: int) -> int | None:
@@ -805,19 +877,21 @@ class _Distributor:
 
     def _anchor(self, var: relax.Var, call: relax.Call, dim: str, clusters: tuple[int, ...]):
         by = tiles_by(dim)
+        conv = call.op.same_as(_CONV2D)
         if by is not None:
             out = _shape(var)
-            rows = tuple(even_bounds(out[_ROWS], len(clusters) // by))
-            channels = tuple(even_bounds(out[_CHANNELS], by))
+            row_axis, channel_axis = (_ROWS, _CHANNELS) if conv else (len(out) - 2, len(out) - 1)
+            rows = tuple(even_bounds(out[row_axis], len(clusters) // by))
+            channels = tuple(even_bounds(out[channel_axis], by))
+            part = self._conv2d_part if conv else self._matmul_part
             parts = []
             for p, c in enumerate(clusters):
                 (b, e), (c0, c1) = rows[p // by], channels[p % by]
-                parts.append(self.emit(self._conv2d_part(call, "rows", b, e, c, (c0, c1)),
+                parts.append(self.emit(part(call, "rows", b, e, c, (c0, c1)),
                                        f"{var.name}_p{p}", c))
-            return _Tiled(rows, channels, tuple(parts), clusters)
+            return _Tiled(rows, channels, tuple(parts), clusters, row_axis, channel_axis)
         size = _anchor_size(call, dim)
         bounds = tuple(even_bounds(size, len(clusters)))
-        conv = call.op.same_as(_CONV2D)
         parts = []
         for p, ((b, e), c) in enumerate(zip(bounds, clusters, strict=True)):
             new = (self._conv2d_part if conv else self._matmul_part)(call, dim, b, e, c)
@@ -866,10 +940,16 @@ class _Distributor:
         changes = {"groups": channels[1] - channels[0]} if depthwise else {}
         return conv2d_like(call, rows, kernel, padding=[0, left, 0, right], **changes)
 
-    def _matmul_part(self, call: relax.Call, dim: str, b: int, e: int, c: int) -> relax.Expr:
+    def _matmul_part(self, call: relax.Call, dim: str, b: int, e: int, c: int,
+                     cols: tuple[int, int] | None = None) -> relax.Expr:
+        """Part ``[b, e)`` of ``dim`` of a matmul on cluster ``c``; a row band's part only
+        computes the columns ``cols`` given (a 2-D split's tile), from its band of the left
+        operand and those columns of the right."""
         x, w = call.args
         a, bs, out = _shape(x), _shape(w), _shape(call)
-        if dim == "batch":
+        if cols is not None:
+            args = [self.region(x, len(a) - 2, b, e, c), self.region(w, len(bs) - 1, *cols, c)]
+        elif dim == "batch":
             sliced = matmul_batch_operands(a, bs, out)
             args = [self.region(v, 0, b, e, c) if i in sliced else self.whole(v, c)
                     for i, v in enumerate((x, w))]

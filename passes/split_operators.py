@@ -13,7 +13,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm_chiplet.passes.planners.placement import (
     REDUCTION_DIMS,
     PlanningError,
-    tileable,
+    tile_channels,
     tiles_by,
 )
 from tvm_chiplet.passes.replicate_data_parallel import replica_batches
@@ -184,22 +184,23 @@ def check_split(split: AnchorSplit, anchors: list[AnchorInfo]) -> None:
     info = anchors[split.anchor]
     by = tiles_by(split.dim)
     if by is not None:
-        if not tileable(info.dims):
+        channels = tile_channels(info.dims)
+        if channels is None:
             raise PlanningError(
                 f"anchor {split.anchor} ({info.op}, output {list(info.output_shape)}) cannot be "
                 f"split along {split.dim!r}: a 2-D split cuts a conv2d (plain or depthwise, not "
-                "grouped otherwise) into row bands and output-channel slices; legal dims here: "
-                + ", ".join(info.dims))
+                "grouped otherwise) or a matmul into row bands and output-channel (column) "
+                "slices; legal dims here: " + ", ".join(info.dims))
         bands = split.parts // by
         if split.parts % by or bands < 2:
             raise PlanningError(
                 f"anchor {split.anchor} ({info.op}): a {split.dim} split needs a multiple of "
                 f"{by} parts, at least {2 * by} (two row bands or more), not {split.parts}")
-        if by > info.dims["out_channels"] or bands > info.dims["rows"]:
+        if by > info.dims[channels] or bands > info.dims["rows"]:
             raise PlanningError(
                 f"anchor {split.anchor} ({info.op}) has {info.dims['rows']} rows and "
-                f"{info.dims['out_channels']} output channels, so it cannot be split into "
-                f"{bands} row bands of {by} channel slices")
+                f"{info.dims[channels]} {channels.replace('_', ' ')}, so it cannot be split "
+                f"into {bands} row bands of {by} slices")
         return
     if split.dim not in info.dims:
         legal = ", ".join(info.dims) or "none (unsupported layout or symbolic shapes)"

@@ -443,6 +443,12 @@ class LayoutCosts:
             return per_byte / bands, latency
         if src.kind == "banded":  # each band whole on its members: as a row-sharded value
             src = Layout("sharded", src.group, "rows")
+        tiled, other = (src, need) if src.kind == "tiled" else (need, src)
+        if tiled.kind == "tiled" and other == Layout("sharded", tiled.group, "rows"):
+            # A tiled value re-cut along its rows, or back: an all-to-all inside each band,
+            # each member exchanging 1 / by of its share with each of the by - 1 others.
+            per_byte, latency = self.groups[tiled.group].band_gather(tiled.by)
+            return per_byte / tiled.by, latency
         if src.kind == "tiled":  # as a value sharded along an axis its consumer does not use
             src = Layout("sharded", src.group, "tiles")
         if need.kind == "whole":
@@ -710,8 +716,12 @@ class CostWalk:
             # A band reads its rows and the halo: that much more than its share.
             grown = 1.0 + halo * (parts // by) / rows if by is not None and rows else 1.0
             for p, nbytes in preds:
-                want = need if p == data else (Layout("replicated", group) if parts > 1
-                                               else need)
+                if p == data:
+                    want = need
+                elif by is not None and not costs.problem.follow_ops.get(op_id):
+                    want = out  # an epilogue's operand (a residual add) read tile by tile
+                else:
+                    want = Layout("replicated", group) if parts > 1 else need
                 moves.append((p, layout[p], want, nbytes * grown if p == data else nbytes))
             return out, group, parts, dim, moves
         spread = [(nbytes, -p) for p, nbytes in preds
@@ -731,6 +741,11 @@ class CostWalk:
             moves = [(p, layout[p], out, nbytes) for p, nbytes in preds]
             moves.append((op_id, out, reduced, op.output_bytes * (parts // out.by)))
             return reduced, out.group, parts, None, moves
+        if (out is not None and out.kind == "tiled"
+                and self.broken[op_id] & {"rows", "channels"} == {"channels"}):
+            # An op over every channel of the rows (a layer norm over a matmul's columns)
+            # reads the tiled value re-cut along its rows, inside each band.
+            out = Layout("sharded", out.group, "rows")
         if out is None or out.axis in self.broken[op_id] or (
                 out.kind == "tiled" and self.broken[op_id] & {"rows", "channels"}
                 and "max_pool" not in op.name):  # a max pool follows tiles with a halo

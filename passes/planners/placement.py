@@ -28,9 +28,10 @@ REDUCTION_DIMS = ("in_channels", "reduction")
 """Dimensions whose parts produce partial sums, combined by additions."""
 
 TILES = "tiles"
-"""A conv2d's 2-D split: ``"tiles/n"`` cuts its output rows into ``k / n`` bands and each band's
-output channels into ``n`` slices, part ``p`` (band ``p // n``, slice ``p % n``) on the
-``p``-th cluster. A part reads its band of input rows (with the halo its kernel needs) in every
+"""A 2-D split of a conv2d or of a matmul with weights: ``"tiles/n"`` cuts its output rows
+(a matmul's rows: tokens) into ``k / n`` bands and each band's output channels (a matmul's
+columns) into ``n`` slices, part ``p`` (band ``p // n``, slice ``p % n``) on the ``p``-th
+cluster. A part reads its band of input rows (with the halo a conv's kernel needs) in every
 channel and ``1 / n`` of the weights: against a row split, ``1 / n`` of the weights per
 cluster; against an output-channel split, ``n / k`` of the input. A depthwise conv's part reads
 only its own channels of the band: after another 2-D split, its own tile and the halo."""
@@ -45,11 +46,19 @@ def tiles_by(dim: str | None) -> int | None:
     return int(by) if by.isdigit() else None
 
 
+def tile_channels(dims) -> str | None:
+    """The dimension a 2-D split of an op with split dimensions ``dims`` slices each row band
+    along: a conv2d's output channels (plain, whose tiles read every input channel of their
+    band, or depthwise: no input-channel split, a tile reads only its own channels), a matmul's
+    columns; None when the op has no 2-D split (no rows)."""
+    if "rows" not in dims:
+        return None
+    return next((dim for dim in ("out_channels", "cols") if dim in dims), None)
+
+
 def tileable(dims) -> bool:
-    """Whether an op with split dimensions ``dims`` has 2-D splits: a conv2d with rows and
-    output channels, plain (whose tiles read every input channel of their band) or depthwise
-    (no input-channel split: a tile reads only its own channels)."""
-    return {"rows", "out_channels"} <= set(dims)
+    """Whether an op with split dimensions ``dims`` has 2-D splits (:func:`tile_channels`)."""
+    return tile_channels(dims) is not None
 
 
 def depthwise(dims) -> bool:
@@ -100,7 +109,8 @@ class OpSplit:
         by = tiles_by(self.dim)
         if self.dim not in known and by is None:
             raise PlanningError(f"unknown split dim {self.dim!r}; valid: {sorted(known)} "
-                                f"and {TILES}/n (n output-channel slices per row band)")
+                                f"and {TILES}/n (n output-channel or column slices per row "
+                                "band)")
         if len(self.clusters) < 2:
             raise PlanningError(f"a split of op {self.op_id} needs >= 2 parts, "
                                 f"got clusters {list(self.clusters)}")

@@ -32,6 +32,7 @@ from tvm_chiplet.passes.planners.placement import (
     OpSplit,
     Placement,
     PlanningError,
+    tile_channels,
     tileable,
     tiles_dim,
 )
@@ -52,11 +53,11 @@ class TensorParallelPlanner:
     whole model fastest, with the parts kept distributed between ops.
 
     Each op chooses a split dimension (:data:`~.placement.SPLIT_DIMS`: output or input
-    channels, rows, batch; matmul columns, reduction, rows, batch; for a conv2d, when planning
-    one input on the whole grid, also a 2-D split, :data:`~.placement.TILES`: row bands by
-    output-channel slices, each band gathered among its own clusters, or for a depthwise conv
-    each tile read where it lies) and a group among the
-    nested sub-meshes of :func:`~.layouts.allocation_groups`, or runs whole on the first
+    channels, rows, batch; matmul columns, reduction, rows, batch; for a conv2d or a matmul with
+    weights, when planning one input on the whole grid, also a 2-D split,
+    :data:`~.placement.TILES`: row bands by output-channel (column) slices, each band gathered
+    among its own clusters, or for a depthwise conv each tile read where it lies) and a group
+    among the nested sub-meshes of :func:`~.layouts.allocation_groups`, or runs whole on the first
     cluster. The choice is joint over the model (CN115829017B's strategy x allocation): the cost
     (:func:`~.layouts.plan_cost`) runs the ops one after another, each split op's slowest
     part (weights stationary while its clusters' SRAM holds them, else streamed from DRAM),
@@ -265,8 +266,10 @@ class TensorParallelPlanner:
         tilings = {n: t[0] for n in range(2, clusters + 1) if (t := topology.tilings(n))}
         if "grid" in self.layouts:
             yield "1", [None], None, False
-            if inputs == 1 and any(map(tileable, problem.split_dims.values())):
-                # Judged against the plan with 2-D splits, whose halos it leaves out.
+            if inputs == 1 and any(tileable(dims) and problem.halos.get(op_id, (0, 0))[0]
+                                   for op_id, dims in problem.split_dims.items()):
+                # Judged against the plan with 2-D splits, whose halos it leaves out (a
+                # matmul's 2-D split has none: its estimate stands as a 1-D split's does).
                 yield "1 untiled", [None], None, False, 1, False
         copied = []
         for copies, tiles in tilings.items():
@@ -309,8 +312,7 @@ class TensorParallelPlanner:
         stage_of = stage_ops(problem, costs, self.max_parts) if stages > 1 else None
         options = {op_id: self._options(costs, dims, costs.tile_groups(
                        stage_of[op_id] if stage_of is not None else 0),
-                       follows=op_id in problem.follow_ops
-                       or not problem.graph.ops[op_id].weight_bytes,
+                       follows=_follows(problem, op_id),
                        tiled=tiled and stages == 1 and self.batches == 1)
                    for op_id, dims in sorted(problem.split_dims.items())}
         start = {op_id: opts[-1] for op_id, opts in options.items()}
@@ -404,14 +406,15 @@ class TensorParallelPlanner:
             for index in groups:
                 if 2 <= costs.groups[index].size <= min(size, self.max_parts):
                     options.append((dim, index))
-        if tiled and tileable(dims):
-            # 2-D splits (conv2d): 2 to TILE_BANDS row bands of the group's size / bands
-            # output-channel slices each.
+        channels = tile_channels(dims)
+        if tiled and channels is not None and not follows:
+            # 2-D splits (a conv2d, a matmul with weights): 2 to TILE_BANDS row bands of the
+            # group's size / bands output-channel (column) slices each.
             for index in groups:
                 k = costs.groups[index].size
                 for bands in (2 ** i for i in range(1, TILE_BANDS.bit_length())):
                     if (k <= self.max_tile_parts and k % bands == 0 and k // bands >= 2
-                            and bands <= dims["rows"] and k // bands <= dims["out_channels"]):
+                            and bands <= dims["rows"] and k // bands <= dims[channels]):
                         options.append((tiles_dim(k // bands), index))
         weight = next((d for d in LAYER_SEQUENTIAL_DIMS if d in dims), None)
         fits = [o for o in options if o not in (None, FOLLOW) and o[0] == weight]
@@ -530,7 +533,13 @@ def collective_messages(placement: Placement) -> int:
 
 
 TILE_BANDS = 64
-"""Most row bands of a conv2d's 2-D split (powers of two from 2, at most its rows)."""
+"""Most row bands of a 2-D split (powers of two from 2, at most its rows)."""
+
+
+def _follows(problem: PlanningProblem, op_id: int) -> bool:
+    """Whether op ``op_id`` may follow its input's layout instead of being split: a matmul of
+    two activations (:attr:`~.base.PlanningProblem.follow_ops`) or an op without weights."""
+    return op_id in problem.follow_ops or not problem.graph.ops[op_id].weight_bytes
 
 STAGES = 16
 """Most stages of a tensor-parallel pipeline (one 2-D region of the grid each)."""

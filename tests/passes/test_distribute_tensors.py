@@ -243,9 +243,47 @@ def test_bad_splits_name_the_anchor_and_the_dimension(split, message):
         distribute_and_reduce(conv_chain(), [split])
 
 
-def test_a_2d_split_of_a_matmul_is_refused_naming_the_anchor():
-    with pytest.raises(PlanningError, match=r"anchor 0 \(matmul.*'tiles/2'.*conv2d"):
-        distribute_and_reduce(mlp(), [DistributedSplit(0, "tiles/2", (0, 1, 2, 3))])
+def test_a_2d_split_of_a_matmul_without_columns_is_refused_naming_the_anchor():
+    mod = module(lambda bb, x: relax.op.matmul(x, const(32)), shape=(16, 32))
+    with pytest.raises(PlanningError,
+                       match=r"anchor 0 \(matmul.*'tiles/2'.*legal dims here: rows, reduction"):
+        distribute_and_reduce(mod, [DistributedSplit(0, "tiles/2", (0, 1, 2, 3))])
+
+
+def test_2d_splits_of_matmuls_gather_each_band_among_its_clusters():
+    mod = mlp()
+    group = (0, 1, 2, 3)  # two row bands (8 of 16 rows) of two column slices
+    splits = [DistributedSplit(0, "tiles/2", group), DistributedSplit(1, "tiles/2", group)]
+    reduced, clusters = distribute_and_reduce(mod, splits, home=0)
+    check_numerics(mod, reduced, (16, 32))
+    # Each part of the second matmul reads its band of the first's output (8 rows, 64
+    # columns): the other slice, 8 x 32 floats, from its band's other cluster only; cluster 0
+    # then gathers the three other tiles of the output (8 x 16).
+    assert sorted(crossings(reduced, clusters)) == [
+        (512, 1, 0), (512, 2, 0), (512, 3, 0),
+        (1024, 0, 1), (1024, 1, 0), (1024, 2, 3), (1024, 3, 2)]
+
+
+def test_a_layer_norm_after_2d_splits_runs_on_each_clusters_rows_of_its_band():
+    # The residual stream of two_residual_norms with 2-D splits: after each block's add, its
+    # norm over the columns reads every column of a row, so each band's 8 rows are re-cut into
+    # 4 rows per cluster of the band (an exchange inside the band), and the next 2-D split
+    # gathers its band from those; nothing whole-size crosses after the first norm.
+    mod = two_residual_norms()
+    group = (0, 1, 2, 3)
+    splits = [DistributedSplit(0, "tiles/2", group), DistributedSplit(1, "tiles/2", group)]
+    reduced, clusters = distribute_and_reduce(mod, splits, home=0)
+    check_numerics(mod, reduced, (16, 32))
+    bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
+    norms = [(c, [int(d) for d in b.var.ty.shape.values])
+             for b, c in zip(bindings, clusters, strict=True)
+             if isinstance(b.value, relax.Call) and b.value.args
+             and "layer_norm" in getattr(b.value.args[0], "name_hint", "")]
+    first, *after = sorted(norms, key=lambda n: n[1][0], reverse=True)
+    assert first == (0, [16, 32])
+    assert sorted(after) == sorted((c, [4, 32]) for c in group for _ in range(2))
+    band = 8 * 32 * 4
+    assert all(size <= band for size, _, _ in crossings(reduced, clusters))
 
 
 def test_2d_splits_gather_each_band_among_its_clusters_and_halos_from_the_next_bands():

@@ -125,6 +125,28 @@ def test_a_depthwise_conv_split_in_2d_reads_its_own_tile_not_its_band_gathered()
     assert cycles[0] < cycles[1]
 
 
+def test_a_layer_norm_after_a_matmuls_2d_split_runs_on_each_bands_rows():
+    # matmul (2-D split) -> layer norm -> matmul (2-D split), a transformer's residual stream:
+    # the norm reads every column of its rows, so the tiles are re-cut along the rows inside
+    # each band (each cluster trading 3/4 of its tile with its band), not gathered whole on
+    # one cluster; the next 2-D split gathers its band from those rows.
+    graph = make_graph([(4e9, 400_000, 40_000), (1e5, 400_000, 0), (4e9, 400_000, 40_000)],
+                       [(0, 1), (1, 2)])
+    graph.ops[1] = dataclasses.replace(graph.ops[1], name="layer_norm", input_bytes=400_000)
+    matmul = {"cols": 64, "reduction": 64, "rows": 128}
+    system = mesh_system(4, 4, bandwidth=32.0)
+    c = LayoutCosts(PlanningProblem(graph, system, Topology(system), {0: matmul, 2: matmul}))
+    choice = {0: ("tiles/4", 4), 2: ("tiles/4", 4)}
+    walk = CostWalk(c, choice)
+    state = walk.start()
+    walk.advance(state, choice)
+    rows = Layout("sharded", 4, "rows")
+    assert state.layout[1] == rows
+    tiled = Layout("tiled", 4, "tiles", 4)
+    assert 0 < c.move(tiled, rows, 1e6) < c.move(tiled, HOME, 1e6) / 4
+    assert c.move(rows, tiled, 1e6) == c.move(tiled, rows, 1e6)
+
+
 def pooled_head(pooled_bytes):
     """A conv (2-D split), a global pool ``mean`` writing ``pooled_bytes``, a classifier."""
     graph = make_graph([(4e9, 400_000, 40_000), (1e5, pooled_bytes, 0), (1e6, 1000, 8000)],
