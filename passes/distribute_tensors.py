@@ -11,7 +11,10 @@ A split op's parts stay on their clusters. Every value of ``main`` gets a layout
   pool (a mean, sum, max or min over the rows, not the channels) reduces each tile where it
   lies and combines each channel slice's bands on one member, leaving the result sharded along
   the channels; an op that keeps the rows but not the channels (a layer norm over the
-  columns) reads it re-cut along the rows, each band's rows shared among the band's members.
+  columns) reads it re-cut along the rows, each band's rows shared among the band's members;
+  a reshape that does not keep the rows (a matmul's columns read as attention's heads) reads
+  it sharded along the channels over the first band's members, each slice gathered from
+  every band.
 
 Ops that work element by element (activations, binary ops with broadcast, bias adds, residual
 adds), pools and reductions over other axes, softmax and layer norm over other axes, transposes
@@ -282,11 +285,11 @@ class _Distributor:
         layout = self.layout.get(value) if isinstance(value, relax.Var) else None
         if layout is None:  # a model input
             return self._slice(self.use(value, cluster), axis, lo, hi, f"{name}_cut", cluster)
-        if isinstance(layout, _Whole):
-            return self.use(self._slice(layout.var, axis, lo, hi, f"{name}_cut", layout.cluster),
-                            cluster)
+        if isinstance(layout, _Whole):  # cut once for every reader of the same rows
+            return self.use(self._cut(layout.var, {axis: (lo, hi)}, f"{name}_cut",
+                                      layout.cluster), cluster)
         if isinstance(layout, _Partial):
-            pieces = [self.use(self._slice(p, axis, lo, hi, f"{name}_cut", c), cluster)
+            pieces = [self.use(self._cut(p, {axis: (lo, hi)}, f"{name}_cut", c), cluster)
                       for p, c in zip(layout.parts, layout.clusters, strict=True)]
             return self._sum(pieces, name, cluster)
         if isinstance(layout, _Tiled):
@@ -606,8 +609,10 @@ class _Distributor:
             if _reduced_rows(call) is not None:
                 return self._reduce_tiles(var, call, args[0])
         if isinstance(tiled, _Tiled) and name != "relax.matmul":
-            return self._follow_tile_rows(var, call, args, args[0])
-        if any(isinstance(self.layout[a], _Tiled) for a in tensors):
+            rows = self._follow_tile_rows(var, call, args, args[0])
+            if rows is not None or name != "relax.reshape":
+                return rows
+        elif any(isinstance(self.layout[a], _Tiled) for a in tensors):
             return None  # read whole, gathered where the op runs
         if name == "relax.matmul":
             return self._follow_matmul(var, call, args, len(out))
@@ -619,6 +624,13 @@ class _Distributor:
             return None
         if isinstance(layout, _Partial):
             layout = self.reduce_scatter(data)
+        if isinstance(layout, _Tiled):
+            # A reshape that does not keep the rows (a matmul's columns read as attention's
+            # heads) reads the value as sharded along its channels over the first band's
+            # members, each gathering its slice from every band (a region of the tiles).
+            n = len(layout.channels)
+            layout = _Sharded(layout.channel_axis, layout.channels, layout.parts[:n],
+                              layout.clusters[:n])
         rank = len(_shape(data))
         if name == "relax.reshape":
             mapped = _reshape_bounds(_shape(data), layout.axis, layout.bounds, out)

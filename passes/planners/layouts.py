@@ -443,6 +443,13 @@ class LayoutCosts:
             return per_byte / bands, latency
         if src.kind == "banded":  # each band whole on its members: as a row-sharded value
             src = Layout("sharded", src.group, "rows")
+        if (src.kind == "tiled" and need.kind == "sharded" and need.axis == "channels"
+                and need.group == self.prefix(src.group, src.by)):
+            # Each slice gathered from every band on its member of the first band: those
+            # members receive all but their own band's share, 1 / by of the value each (a
+            # gather's funnel, whose cost is per part of the value, of size / by parts).
+            group = self.groups[src.group]
+            return group.gather / (group.size * src.by), group.latency
         tiled, other = (src, need) if src.kind == "tiled" else (need, src)
         if tiled.kind == "tiled" and other == Layout("sharded", tiled.group, "rows"):
             # A tiled value re-cut along its rows, or back: an all-to-all inside each band,
@@ -461,7 +468,14 @@ class LayoutCosts:
             if src.kind in ("whole", "replicated"):
                 return big.broadcast, big.latency
             if src.kind == "sharded":
-                return big.all_gather / self.groups[src.group].size, 2 * big.latency
+                holders = self.groups[src.group]
+                per_byte = big.all_gather / holders.size
+                if holders.size < k:
+                    # DistributeTensors sends each holder's part to every reader itself: the
+                    # holders' own links carry k - 1 copies of 1 / size of the value each.
+                    egress = min(_ingress(self.problem.system, m) for m in holders.members)
+                    per_byte = max(per_byte, (k - 1) / (holders.size * egress))
+                return per_byte, 2 * big.latency
             return big.direct / k + big.all_gather / k, 3 * big.latency  # all-reduce
         # need is sharded over need.group
         if src.kind in ("whole", "replicated"):
@@ -746,6 +760,10 @@ class CostWalk:
             # An op over every channel of the rows (a layer norm over a matmul's columns)
             # reads the tiled value re-cut along its rows, inside each band.
             out = Layout("sharded", out.group, "rows")
+        elif out is not None and out.kind == "tiled" and "reshape" in op.name:
+            # A reshape of the columns (to attention's heads): each slice gathered from every
+            # band on the first band's member holding it.
+            out = Layout("sharded", costs.prefix(out.group, out.by), "channels")
         if out is None or out.axis in self.broken[op_id] or (
                 out.kind == "tiled" and self.broken[op_id] & {"rows", "channels"}
                 and "max_pool" not in op.name):  # a max pool follows tiles with a halo

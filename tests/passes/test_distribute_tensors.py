@@ -176,12 +176,12 @@ def test_megatron_mlp_columns_then_reduction_moves_only_the_final_sum():
     assert sorted(moved) == [(16 * 32 * 4, c, 0) for c in (1, 2, 3)]
 
 
-def split_attention(clusters):
-    """The transformer block with its query, key and value projections split by columns over
-    ``clusters``, checked against the unsplit module; its rewrite, where each binding runs, and
-    the clusters of the softmaxes."""
+def split_attention(clusters, dim="cols"):
+    """The transformer block with its query, key and value projections split along ``dim``
+    over ``clusters``, checked against the unsplit module; its rewrite, where each binding
+    runs, and the clusters of the softmaxes."""
     mod = load_model(models.get_model("transformer-block"))
-    splits = [DistributedSplit(a, "cols", tuple(clusters)) for a in (0, 1, 2)]
+    splits = [DistributedSplit(a, dim, tuple(clusters)) for a in (0, 1, 2)]
     reduced, where = distribute_and_reduce(mod, splits, home=0)
     x = models.example_inputs(models.get_model("transformer-block"), seed=3)
     np.testing.assert_allclose(run(reduced, list(x.values())), run(mod, list(x.values())),
@@ -209,6 +209,18 @@ def test_parts_that_cut_through_a_head_are_recut_at_whole_heads_not_gathered():
     assert softmax == [0, 1, 2, 3]
     recut = [m for m in crossings(reduced, clusters) if m[0] == 16 * 8 * 4]
     assert {(src, dst) for _, src, dst in recut} >= {(1, 0), (3, 1), (5, 2), (7, 3)}
+
+
+def test_projections_split_in_2d_are_gathered_by_heads_for_attention():
+    # Two row bands by two column slices (2 heads of 16 each): the reshapes to heads read the
+    # query, key and value as sharded along the columns over the first band's clusters, each
+    # gathering its slice's other band (8 of 16 tokens x 32 columns) from the second band's
+    # cluster of that slice; attention runs there, two heads per cluster, and the contexts
+    # are gathered once for the output projection, whole on cluster 0.
+    reduced, clusters, softmax = split_attention(range(4), "tiles/2")
+    assert softmax == [0, 1]
+    assert sorted(crossings(reduced, clusters)) == [(8 * 32 * 4, 2, 0)] * 3 + [
+        (8 * 32 * 4, 3, 1)] * 3 + [(16 * 32 * 4, 1, 0)]
 
 
 def test_a_matmul_of_activations_does_not_follow_an_operand_sharded_on_its_reduction_axis():
