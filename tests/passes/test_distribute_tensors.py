@@ -89,12 +89,19 @@ def check_numerics(mod, reduced, shape):
     np.testing.assert_allclose(run(reduced, [x]), run(mod, [x]), rtol=1e-4, atol=1e-4)
 
 
+def split_and_check(mod, splits, shape):
+    """``mod`` distributed by ``splits`` (home cluster 0) and checked against the unsplit
+    module on an input of ``shape``: the rewrite and the cluster of each of its bindings."""
+    reduced, clusters = distribute_and_reduce(mod, splits, home=0)
+    check_numerics(mod, reduced, shape)
+    return reduced, clusters
+
+
 def test_out_then_in_channels_need_no_communication_until_the_partial_sums():
     mod = conv_chain()
     splits = [DistributedSplit(0, "out_channels", (0, 1)),
               DistributedSplit(1, "in_channels", (0, 1))]
-    reduced, clusters = distribute_and_reduce(mod, splits, home=0)
-    check_numerics(mod, reduced, (1, 8, 12, 12))
+    reduced, clusters = split_and_check(mod, splits, (1, 8, 12, 12))
     assert set(clusters) == {0, 1}
     # The first conv's channel halves feed the second conv's matching input halves in place.
     # The partial sums are reduce-scattered (each cluster sends the other its half, 4 of 8
@@ -106,8 +113,7 @@ def test_out_then_in_channels_need_no_communication_until_the_partial_sums():
 def test_a_partial_sum_followed_by_an_elementwise_op_is_reduce_scattered():
     mod = conv_chain()
     splits = [DistributedSplit(1, "in_channels", (2, 3))]
-    reduced, clusters = distribute_and_reduce(mod, splits, home=0)
-    check_numerics(mod, reduced, (1, 8, 12, 12))
+    reduced, clusters = split_and_check(mod, splits, (1, 8, 12, 12))
     # The input is cut on cluster 0 and its channel halves sent to 2 and 3. Each of them sends
     # the other the half of its partial sum that the other keeps (reduce-scatter), the relu runs
     # on both halves, and cluster 2, which holds the first half, gathers the result.
@@ -121,8 +127,7 @@ def test_an_all_gather_is_one_concat_per_reader_of_the_parts_where_they_lie():
     group = (0, 1, 2, 3)
     splits = [DistributedSplit(0, "out_channels", group),
               DistributedSplit(1, "out_channels", group)]
-    reduced, clusters = distribute_and_reduce(mod, splits, home=0)
-    check_numerics(mod, reduced, (1, 8, 12, 12))
+    reduced, clusters = split_and_check(mod, splits, (1, 8, 12, 12))
     bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
     where = {b.var: c for b, c in zip(bindings, clusters, strict=True)}
     # Every part of the second conv reads the whole first output: one concat kernel on its
@@ -158,8 +163,7 @@ def test_an_all_gather_is_one_concat_per_reader_of_the_parts_where_they_lie():
 def test_row_splits_exchange_only_the_halo_rows():
     mod = conv_chain()
     splits = [DistributedSplit(0, "rows", (0, 1)), DistributedSplit(1, "rows", (0, 1))]
-    reduced, clusters = distribute_and_reduce(mod, splits, home=0)
-    check_numerics(mod, reduced, (1, 8, 12, 12))
+    reduced, clusters = split_and_check(mod, splits, (1, 8, 12, 12))
     # A 3x3 conv with padding 1 needs one row of its neighbour's 16-channel half: 16 x 12.
     halo = [m for m in crossings(reduced, clusters) if m[0] == 16 * 12 * 4]
     assert sorted(halo) == [(16 * 12 * 4, 0, 1), (16 * 12 * 4, 1, 0)]
@@ -169,8 +173,7 @@ def test_megatron_mlp_columns_then_reduction_moves_only_the_final_sum():
     mod = mlp()
     splits = [DistributedSplit(0, "cols", (0, 1, 2, 3)),
               DistributedSplit(1, "reduction", (0, 1, 2, 3))]
-    reduced, clusters = distribute_and_reduce(mod, splits, home=0)
-    check_numerics(mod, reduced, (16, 32))
+    reduced, clusters = split_and_check(mod, splits, (16, 32))
     moved = crossings(reduced, clusters)
     # The output (16 x 32) is summed from four partials: three of them cross to cluster 0.
     assert sorted(moved) == [(16 * 32 * 4, c, 0) for c in (1, 2, 3)]
@@ -266,8 +269,7 @@ def test_2d_splits_of_matmuls_gather_each_band_among_its_clusters():
     mod = mlp()
     group = (0, 1, 2, 3)  # two row bands (8 of 16 rows) of two column slices
     splits = [DistributedSplit(0, "tiles/2", group), DistributedSplit(1, "tiles/2", group)]
-    reduced, clusters = distribute_and_reduce(mod, splits, home=0)
-    check_numerics(mod, reduced, (16, 32))
+    reduced, clusters = split_and_check(mod, splits, (16, 32))
     # Each part of the second matmul reads its band of the first's output (8 rows, 64
     # columns): the other slice, 8 x 32 floats, from its band's other cluster only; cluster 0
     # then gathers the three other tiles of the output (8 x 16).
@@ -284,8 +286,7 @@ def test_a_layer_norm_after_2d_splits_runs_on_each_clusters_rows_of_its_band():
     mod = two_residual_norms()
     group = (0, 1, 2, 3)
     splits = [DistributedSplit(0, "tiles/2", group), DistributedSplit(1, "tiles/2", group)]
-    reduced, clusters = distribute_and_reduce(mod, splits, home=0)
-    check_numerics(mod, reduced, (16, 32))
+    reduced, clusters = split_and_check(mod, splits, (16, 32))
     bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
     norms = [(c, [int(d) for d in b.var.ty.shape.values])
              for b, c in zip(bindings, clusters, strict=True)
@@ -302,8 +303,7 @@ def test_2d_splits_gather_each_band_among_its_clusters_and_halos_from_the_next_b
     mod = conv_chain()
     group = (0, 1, 2, 3)  # two row bands of two output-channel slices
     splits = [DistributedSplit(0, "tiles/2", group), DistributedSplit(1, "tiles/2", group)]
-    reduced, clusters = distribute_and_reduce(mod, splits, home=0)
-    check_numerics(mod, reduced, (1, 8, 12, 12))
+    reduced, clusters = split_and_check(mod, splits, (1, 8, 12, 12))
     received = {c: sum(m[0] for m in crossings(reduced, clusters) if m[2] == c) for c in group}
     # Each part of the second conv reads its band of the first output (6 of 12 rows, all 16
     # channels): the other slice of its band (6 rows x 8 channels) and the halo row of the other
@@ -328,8 +328,7 @@ def test_a_max_pool_between_2d_splits_pools_each_tile_with_its_halo():
     mod = bb.get()
     group = (0, 1, 2, 3)
     splits = [DistributedSplit(0, "tiles/2", group), DistributedSplit(1, "tiles/2", group)]
-    reduced, clusters = distribute_and_reduce(mod, splits, home=0)
-    check_numerics(mod, reduced, (1, 8, 16, 16))
+    reduced, clusters = split_and_check(mod, splits, (1, 8, 16, 16))
     bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
     where = {b.var: c for b, c in zip(bindings, clusters, strict=True)}
     pools = [b for b in bindings if "max_pool2d" in b.value.args[0].name_hint]
@@ -355,8 +354,7 @@ def test_a_depthwise_conv_between_2d_splits_convolves_each_tile_where_it_lies():
     mod = module(block)
     group = (0, 1, 2, 3)  # two row bands of two channel slices
     splits = [DistributedSplit(i, "tiles/2", group) for i in range(3)]
-    reduced, clusters = distribute_and_reduce(mod, splits, home=0)
-    check_numerics(mod, reduced, (1, 8, 12, 12))
+    reduced, clusters = split_and_check(mod, splits, (1, 8, 12, 12))
     moved = crossings(reduced, clusters)
     # The depthwise tiles read their own 8 channels: from the other band, only its halo row
     # of those channels (8 x 12 columns of 4 bytes), never the other slice's channels. The
@@ -392,8 +390,7 @@ def test_a_global_pool_of_a_2d_split_reduces_each_tile_where_it_lies(pool):
     mod = pooled_head(pool)
     group = (0, 1, 2, 3, 4, 5)  # three row bands of two output-channel slices
     splits = [DistributedSplit(0, "tiles/2", group), DistributedSplit(1, "reduction", (0, 1))]
-    reduced, clusters = distribute_and_reduce(mod, splits, home=0)
-    check_numerics(mod, reduced, (1, 8, 12, 12))
+    reduced, clusters = split_and_check(mod, splits, (1, 8, 12, 12))
     # Each tile (4 rows x 8 channels) is pooled where it lies; only the pooled slices (8
     # channels of 4 bytes) cross, to the first band's cluster of the same channels, which the
     # matmul's reduction split reads in place; then its partial sums (10 outputs) meet.
@@ -431,8 +428,7 @@ def residual_norm():
 def test_a_partial_sum_before_a_layer_norm_is_scattered_along_the_rows_it_keeps():
     mod = residual_norm()
     splits = [DistributedSplit(0, "reduction", (0, 1, 2, 3))]
-    reduced, clusters = distribute_and_reduce(mod, splits, home=0)
-    check_numerics(mod, reduced, (16, 32))
+    reduced, clusters = split_and_check(mod, splits, (16, 32))
     names = [b.value.args[0].name_hint for block in reduced["main"].body.blocks
              for b in block.bindings if isinstance(b.value, relax.Call) and b.value.args]
     # The norm runs on each cluster's 4 rows (not gathered whole on one cluster): four norms,
@@ -465,8 +461,7 @@ def test_a_residual_stream_stays_sharded_along_the_rows_once_scattered():
     mod = two_residual_norms()
     splits = [DistributedSplit(0, "reduction", (0, 1, 2, 3)),
               DistributedSplit(1, "reduction", (0, 1, 2, 3))]
-    reduced, clusters = distribute_and_reduce(mod, splits, home=0)
-    check_numerics(mod, reduced, (16, 32))
+    reduced, clusters = split_and_check(mod, splits, (16, 32))
     bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
     norms = [c for b, c in zip(bindings, clusters, strict=True)
              if isinstance(b.value, relax.Call) and b.value.args
@@ -479,8 +474,7 @@ def test_a_residual_stream_stays_sharded_along_the_rows_once_scattered():
 def test_each_cluster_sends_what_others_need_before_computing_its_own_part():
     mod = conv_chain()
     splits = [DistributedSplit(0, "rows", (0, 1, 2, 3)), DistributedSplit(1, "rows", (0, 1, 2, 3))]
-    reduced, clusters = distribute_and_reduce(mod, splits, home=0)
-    check_numerics(mod, reduced, (1, 8, 12, 12))
+    reduced, clusters = split_and_check(mod, splits, (1, 8, 12, 12))
     # Each cluster's bindings come in order of their depth in the data flow, so no cluster's
     # cut for part p + 1 waits behind its own part p (which waits for the others' cuts); the
     # clusters' runs are long (few segments).
