@@ -95,9 +95,9 @@ SHARE_ROWS = 2
 (a layer norm after a matmul's 2-D split): each share is fetched from every slice of its band
 and every later tile reads its rows from the shares, so one-row shares multiply small
 messages (BERT-base's 128 tokens in one-row shares over 64 slices: 8 192 pieces per residual
-add). BERT-base int8 batch 1 on the 16x16 mesh, by rows per share: 1: 251 k cycles, planned
-in 128 s; 2: 264 k, 76 s; 4: 286 k, 55 s (spreading the shares over the band instead of its
-first members: 290 k)."""
+add). BERT-base int8 batch 1 on the 16x16 mesh, by rows per share (measured while its query,
+key and value projections had 1-D splits): 1: 251 k cycles, planned in 128 s; 2: 264 k, 76 s;
+4: 286 k, 55 s (spreading the shares over the band instead of its first members: 290 k)."""
 
 _POOL_OPS = frozenset(
     ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d")

@@ -551,6 +551,7 @@ def _follows(problem: PlanningProblem, op_id: int) -> bool:
     two activations (:attr:`~.base.PlanningProblem.follow_ops`) or an op without weights."""
     return op_id in problem.follow_ops or not problem.graph.ops[op_id].weight_bytes
 
+
 STAGES = 16
 """Most stages of a tensor-parallel pipeline (one 2-D region of the grid each)."""
 
