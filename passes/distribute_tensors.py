@@ -890,12 +890,12 @@ class _Distributor:
     def _anchor(self, var: relax.Var, call: relax.Call, dim: str, clusters: tuple[int, ...]):
         by = tiles_by(dim)
         conv = call.op.same_as(_CONV2D)
+        part = self._conv2d_part if conv else self._matmul_part
         if by is not None:
             out = _shape(var)
             row_axis, channel_axis = (_ROWS, _CHANNELS) if conv else (len(out) - 2, len(out) - 1)
             rows = tuple(even_bounds(out[row_axis], len(clusters) // by))
             channels = tuple(even_bounds(out[channel_axis], by))
-            part = self._conv2d_part if conv else self._matmul_part
             parts = []
             for p, c in enumerate(clusters):
                 (b, e), (c0, c1) = rows[p // by], channels[p % by]
@@ -906,8 +906,7 @@ class _Distributor:
         bounds = tuple(even_bounds(size, len(clusters)))
         parts = []
         for p, ((b, e), c) in enumerate(zip(bounds, clusters, strict=True)):
-            new = (self._conv2d_part if conv else self._matmul_part)(call, dim, b, e, c)
-            parts.append(self.emit(new, f"{var.name}_p{p}", c))
+            parts.append(self.emit(part(call, dim, b, e, c), f"{var.name}_p{p}", c))
         if dim in ("in_channels", "reduction"):
             return _Partial(tuple(parts), clusters)
         out = _shape(var)
@@ -959,14 +958,13 @@ class _Distributor:
         operand and those columns of the right."""
         x, w = call.args
         a, bs, out = _shape(x), _shape(w), _shape(call)
-        if cols is not None:
-            args = [self.region(x, len(a) - 2, b, e, c), self.region(w, len(bs) - 1, *cols, c)]
-        elif dim == "batch":
+        if dim == "batch":
             sliced = matmul_batch_operands(a, bs, out)
             args = [self.region(v, 0, b, e, c) if i in sliced else self.whole(v, c)
                     for i, v in enumerate((x, w))]
         elif dim == "rows":
-            args = [self.region(x, len(a) - 2, b, e, c), self.whole(w, c)]
+            args = [self.region(x, len(a) - 2, b, e, c),
+                    self.whole(w, c) if cols is None else self.region(w, len(bs) - 1, *cols, c)]
         elif dim == "cols":
             args = [self.whole(x, c), self.region(w, len(bs) - 1, b, e, c)]
         else:

@@ -732,7 +732,7 @@ class CostWalk:
             for p, nbytes in preds:
                 if p == data:
                     want = need
-                elif by is not None and not costs.problem.follow_ops.get(op_id):
+                elif by is not None:
                     want = out  # an epilogue's operand (a residual add) read tile by tile
                 else:
                     want = Layout("replicated", group) if parts > 1 else need
