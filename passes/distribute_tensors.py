@@ -609,9 +609,14 @@ class _Distributor:
             if _reduced_rows(call) is not None:
                 return self._reduce_tiles(var, call, args[0])
         if isinstance(tiled, _Tiled) and name != "relax.matmul":
+            kept = self._follow_tile_axes(var, call, args, args[0])
+            if kept is not None:
+                return kept
             rows = self._follow_tile_rows(var, call, args, args[0])
             if rows is not None or name != "relax.reshape":
                 return rows
+        elif isinstance(tiled, _Tiled):
+            return self._follow_tiled_matmul(var, call, args, args[0])
         elif any(isinstance(self.layout[a], _Tiled) for a in tensors):
             return None  # read whole, gathered where the op runs
         if name == "relax.matmul":
@@ -669,6 +674,102 @@ class _Distributor:
             parts.append(self.emit(relax.Call(call.op, new_args, call.attrs, call.ty_args),
                                    f"{var.name}_p{p}", c))
         return dataclasses.replace(layout, parts=tuple(parts))
+
+    def _follow_tile_axes(self, var: relax.Var, call: relax.Call, args: list[relax.Expr],
+                          data: relax.Var) -> _Tiled | None:
+        """An op that keeps both a tiled operand's rows and its channels (a transpose, a
+        softmax over another axis) follows it tile by tile; a reshape of the axes after the
+        rows that splits the channels into heads or merges heads back (attention's
+        ``[.., 768] <-> [.., 12, 64]``) too (:meth:`_reshape_tiles`). None otherwise."""
+        layout = self.layout[data]
+        if call.op.name == "relax.reshape":
+            return self._reshape_tiles(var, data, layout)
+        shape, out = _shape(data), _shape(var)
+        row_axis = self._followed_axis(call, layout.row_axis, len(shape))
+        channel_axis = self._followed_axis(call, layout.channel_axis, len(shape))
+        if row_axis is None or channel_axis is None or any(
+                isinstance(self.layout.get(a), (_Sharded, _Partial, _Tiled))
+                for a in args[1:]):
+            return None
+        if any(out[axis] != shape[source] for axis, source in (
+                (row_axis, layout.row_axis), (channel_axis, layout.channel_axis))):
+            return None
+        parts = []
+        for p, (part, c) in enumerate(zip(layout.parts, layout.clusters, strict=True)):
+            new_args = [part] + [self.whole(a, c) if isinstance(a, relax.Var) else a
+                                 for a in args[1:]]
+            parts.append(self.emit(relax.Call(call.op, new_args, call.attrs, call.ty_args),
+                                   f"{var.name}_p{p}", c))
+        return dataclasses.replace(layout, parts=tuple(parts), row_axis=row_axis,
+                                   channel_axis=channel_axis)
+
+    def _reshape_tiles(self, var: relax.Var, data: relax.Var, layout: _Tiled) -> _Tiled | None:
+        """A reshape of a tiled value that keeps its rows and the axes between them and the
+        channels, and turns each channel slice into whole rows of one output axis (heads of 64
+        columns merged back into 768): each tile reshaped where it lies. When the slices cut
+        through those rows (768 columns in slices of 24, read as 12 heads of 64), each band's
+        slices are re-cut at whole rows over the band's first members (at most one group of
+        rows per slice), each fetching its rows from the one to three slices of its band that
+        hold them: attention then runs on every band's members, its heads by its rows, not on
+        one cluster per head."""
+        shape, out = _shape(data), _shape(var)
+        row_axis, channel_axis = layout.row_axis, layout.channel_axis
+        if not row_axis < channel_axis or out[:channel_axis] != shape[:channel_axis]:
+            return None
+        n = len(layout.channels)
+        mapped = _reshape_bounds(shape, channel_axis, layout.channels, out)
+        if mapped is not None and mapped[0] == channel_axis:
+            axis, channels = mapped
+            recut = None
+        else:
+            aligned = _aligned_bounds(shape, channel_axis, n, out)
+            if aligned is None or aligned[1][0] != channel_axis:
+                return None
+            recut, (axis, channels) = aligned
+        # Each group on the member holding the first of its channels: the groups spread over
+        # the band as the slices do, and each reads most of its channels where it runs.
+        starts = list(range(len(channels))) if recut is None else [
+            next(s for s, (_, end) in enumerate(layout.channels) if lo < end) for lo, _ in recut]
+        if len(set(starts)) < len(starts):
+            starts = list(range(len(channels)))
+        parts, clusters = [], []
+        for i, band in enumerate(layout.rows):
+            for j, slice_ in enumerate(channels):
+                p, c = i * n + starts[j], layout.clusters[i * n + starts[j]]
+                piece = layout.parts[p] if recut is None else self._tiled_region(
+                    layout, data.name, {row_axis: band, channel_axis: recut[j]}, c)
+                part_shape = list(out)
+                part_shape[row_axis] = band[1] - band[0]
+                part_shape[axis] = slice_[1] - slice_[0]
+                parts.append(self.emit(relax.op.reshape(piece, part_shape),
+                                       f"{var.name}_p{len(parts)}", c))
+                clusters.append(c)
+        return _Tiled(layout.rows, tuple(channels), tuple(parts), tuple(clusters), row_axis,
+                      axis)
+
+    def _follow_tiled_matmul(self, var: relax.Var, call: relax.Call, args: list[relax.Expr],
+                             left: relax.Var) -> _Tiled | None:
+        """A matmul of activations whose left operand is tiled by its rows and a batch axis
+        (attention's scores and context over query bands by heads): each tile multiplies its
+        rows by its heads of the right operand, fetched whole along the other axes (the keys
+        or values of its heads, from every band); None for other tilings."""
+        layout = self.layout[left]
+        a, out = _shape(left), _shape(var)
+        if (any(isinstance(arg, tvm.ir.expr.Constant) for arg in args) or len(a) < 3
+                or len(_shape(args[1])) < 2 or layout.row_axis != len(a) - 2
+                or layout.channel_axis >= len(a) - 2):
+            return None
+        rank = len(out)
+        row_axis, channel_axis = (axis + rank - len(a) for axis in (layout.row_axis,
+                                                                     layout.channel_axis))
+        n = len(layout.channels)
+        parts = []
+        for p, (part, c) in enumerate(zip(layout.parts, layout.clusters, strict=True)):
+            right = self._operand_box(args[1], rank, {channel_axis: layout.channels[p % n]}, c)
+            parts.append(self.emit(relax.Call(call.op, [part, right], call.attrs, call.ty_args),
+                                   f"{var.name}_p{p}", c))
+        return dataclasses.replace(layout, parts=tuple(parts), row_axis=row_axis,
+                                   channel_axis=channel_axis)
 
     def _follow_tile_rows(self, var: relax.Var, call: relax.Call, args: list[relax.Expr],
                           data: relax.Var) -> _Sharded | None:

@@ -214,16 +214,30 @@ def test_parts_that_cut_through_a_head_are_recut_at_whole_heads_not_gathered():
     assert {(src, dst) for _, src, dst in recut} >= {(1, 0), (3, 1), (5, 2), (7, 3)}
 
 
-def test_projections_split_in_2d_are_gathered_by_heads_for_attention():
-    # Two row bands by two column slices (2 heads of 16 each): the reshapes to heads read the
-    # query, key and value as sharded along the columns over the first band's clusters, each
-    # gathering its slice's other band (8 of 16 tokens x 32 columns) from the second band's
-    # cluster of that slice; attention runs there, two heads per cluster, and the contexts
-    # are gathered once for the output projection, whole on cluster 0.
+def test_projections_split_in_2d_run_attention_by_query_bands_and_heads():
+    # Two row bands (8 tokens each) by two column slices (2 heads of 16 each): the reshapes to
+    # heads keep every tile where it lies, so attention runs on all four clusters, each on its
+    # band's queries of its two heads. Each fetches the keys and the values of its heads from
+    # the other band's cluster of its slice (8 tokens x 32 columns each), and the contexts are
+    # gathered once for the output projection, whole on cluster 0.
     reduced, clusters, softmax = split_attention(range(4), "tiles/2")
-    assert softmax == [0, 1]
-    assert sorted(crossings(reduced, clusters)) == [(8 * 32 * 4, 2, 0)] * 3 + [
-        (8 * 32 * 4, 3, 1)] * 3 + [(16 * 32 * 4, 1, 0)]
+    assert softmax == [0, 1, 2, 3]
+    tile = 8 * 32 * 4
+    exchanged = [(tile, a, b) for a, b in ((0, 2), (2, 0), (1, 3), (3, 1))] * 2
+    assert sorted(crossings(reduced, clusters)) == sorted(
+        exchanged + [(tile, c, 0) for c in (1, 2, 3)])
+
+
+def test_2d_slices_that_cut_through_heads_are_recut_inside_each_band():
+    # Two row bands by eight slices of 8 columns: each head (16 columns) spans two slices. Each
+    # band's slices are re-cut at whole heads on the members holding each head's first
+    # columns (every other member), each fetching the other half of its head from the next
+    # member of its band only; attention runs on those four members of both bands.
+    reduced, clusters, softmax = split_attention(range(16), "tiles/8")
+    assert softmax == [0, 2, 4, 6, 8, 10, 12, 14]
+    halves = [m for m in crossings(reduced, clusters) if m[0] == 8 * 8 * 4]
+    recut = {(c + 1, c) for c in softmax}
+    assert recut <= {(src, dst) for _, src, dst in halves}
 
 
 def test_a_matmul_of_activations_does_not_follow_an_operand_sharded_on_its_reduction_axis():
