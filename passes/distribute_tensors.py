@@ -90,14 +90,13 @@ SLICED_ADD = "chiplet.sliced_add"
 reduce-scatter's step, while the module is reduced: opaque to FuseOps, without markers.
 Replaced by a kernel afterwards."""
 
-SHARE_ROWS = 2
+SHARE_ROWS = 4
 """Fewest rows of a share of a tiled value's row band when an op reads every channel of a row
 (a layer norm after a matmul's 2-D split): each share is fetched from every slice of its band
-and every later tile reads its rows from the shares, so one-row shares multiply small
-messages (BERT-base's 128 tokens in one-row shares over 64 slices: 8 192 pieces per residual
-add). BERT-base int8 batch 1 on the 16x16 mesh, by rows per share (measured while its query,
-key and value projections had 1-D splits): 1: 251 k cycles, planned in 128 s; 2: 264 k, 76 s;
-4: 286 k, 55 s (spreading the shares over the band instead of its first members: 290 k)."""
+and every later tile reads its rows from the shares, so small shares multiply small messages
+and bindings. BERT-base int8 batch 1 on the 16x16 mesh, one tensor-parallel plan (2-D
+projections, attention by bands and heads) realised and simulated with each value: 2 rows per
+share 127 340 cycles, realised in 100 s; 4 rows 127 094, 77 s; 8 rows 128 439, 61 s."""
 
 _POOL_OPS = frozenset(
     ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d")
@@ -1459,24 +1458,28 @@ def distribute_and_reduce(mod: tvm.IRModule, splits: Sequence[DistributedSplit],
     distributed, cluster_of = _distribute(mod, splits, placed, home, topology)
     reduced = ReduceGraph(target)(distributed)
     # FuseOps binds a fused group to a new Var; every group reads a value of its own cluster
-    # or a boundary marker, which runs on the reading cluster.
+    # or a boundary marker, which runs on the reading cluster. Vars are keyed by their node
+    # (hash: the handle): the IR hands out a new Python object at every read, and comparing
+    # those goes through the FFI (millions of times on a 256-way split).
+    where = {hash(var): cluster for var, cluster in cluster_of.items()}
     for block in reduced["main"].body.blocks:
         for binding in block.bindings:
-            if binding.var in cluster_of:
+            if hash(binding.var) in where:
                 continue
             reader = _crossing_cluster(binding.value)
             if reader is not None:
-                cluster_of[binding.var] = reader
+                where[hash(binding.var)] = reader
                 continue
-            operands = [v for v in relax.analysis.free_vars(binding.value) if v in cluster_of]
-            cluster_of[binding.var] = cluster_of[operands[0]] if operands else home
-    reduced = _by_level(lower_crossings(reduced, target), cluster_of)
-    clusters = [cluster_of[b.var] for block in reduced["main"].body.blocks
+            operands = [hash(v) for v in relax.analysis.free_vars(binding.value)
+                        if hash(v) in where]
+            where[hash(binding.var)] = where[operands[0]] if operands else home
+    reduced = _by_level(lower_crossings(reduced, target), where)
+    clusters = [where[hash(b.var)] for block in reduced["main"].body.blocks
                 for b in block.bindings]
     return reduced, clusters
 
 
-def _by_level(mod: tvm.IRModule, cluster_of: dict[relax.Var, int]) -> tvm.IRModule:
+def _by_level(mod: tvm.IRModule, cluster_of: dict[int, int]) -> tvm.IRModule:
     """``mod`` with each cluster's bindings of ``main`` in order of their level (the longest
     chain of bindings of the block they depend on), and as few switches between clusters as
     that allows.
@@ -1487,7 +1490,8 @@ def _by_level(mod: tvm.IRModule, cluster_of: dict[relax.Var, int]) -> tvm.IRModu
     one before. By level, every cluster first cuts and sends what the others need, then
     assembles and computes its own part. Between clusters, the bindings are listed one
     cluster at a time for as long as that cluster's next binding is ready (fewer segments);
-    the lowest-level next binding of any cluster always is.
+    the lowest-level next binding of any cluster always is. ``cluster_of`` is keyed by each
+    Var's hash (its node).
     """
     main = mod["main"]
     blocks = []
@@ -1495,17 +1499,17 @@ def _by_level(mod: tvm.IRModule, cluster_of: dict[relax.Var, int]) -> tvm.IRModu
         # By position in the block: Vars read back from the IR are new Python objects, whose
         # look-ups compare through the FFI (millions of times on a 256-way split).
         bindings = list(block.bindings)
-        position: dict[relax.Var, int] = {}
+        position: dict[int, int] = {}  # by hash, as cluster_of
         level: list[int] = []
         inputs: list[list[int]] = []  # the positions of the block's values each binding reads
         queues: dict[int, list[int]] = {}
         for i, binding in enumerate(bindings):
-            reads = [position[v] for v in relax.analysis.free_vars(binding.value)
-                     if v in position]
+            reads = [position[h] for v in relax.analysis.free_vars(binding.value)
+                     if (h := hash(v)) in position]
             inputs.append(reads)
             level.append(1 + max((level[j] for j in reads), default=-1))
-            position[binding.var] = i
-            queues.setdefault(cluster_of.get(binding.var, -1), []).append(i)
+            position[hash(binding.var)] = i
+            queues.setdefault(cluster_of.get(hash(binding.var), -1), []).append(i)
         for queue in queues.values():
             queue.sort(key=level.__getitem__)
             queue.reverse()  # popped from the end

@@ -240,7 +240,7 @@ def operand_bytes(mod: tvm.IRModule, call: relax.Call, sizes: dict[relax.Var, in
     what its kernel only slices (:func:`sliced_fractions`, cached per kernel in ``cache``) and
     a lone slice's operand (:func:`read_bytes`)."""
     fractions = _read_fractions(mod, call, cache)
-    total = sum(round(nbytes * fractions.get(var, 1.0)) for var, nbytes in sizes.items())
+    total = sum(round(nbytes * fractions.get(hash(var), 1.0)) for var, nbytes in sizes.items())
     return read_bytes(call.args[0].name_hint, total, output_bytes)
 
 
@@ -258,7 +258,7 @@ def moved_bytes(mod: tvm.IRModule, call: relax.Call, sizes: dict[relax.Var, int]
     return operand_bytes(mod, call, sizes, output_bytes, cache), output_bytes
 
 
-def _read_fractions(mod: tvm.IRModule, call: relax.Call, cache: dict) -> dict[relax.Var, float]:
+def _read_fractions(mod: tvm.IRModule, call: relax.Call, cache: dict) -> dict[int, float]:
     """The fraction of each Var operand of a ``call_tir`` its kernel reads
     (:func:`sliced_fractions`, cached per kernel); operands read whole are left out."""
     gvar = call.args[0]
@@ -266,7 +266,7 @@ def _read_fractions(mod: tvm.IRModule, call: relax.Call, cache: dict) -> dict[re
         func = mod[gvar]
         cache[gvar] = sliced_fractions(func) if isinstance(func, tvm.tirx.PrimFunc) else {}
     fractions = cache[gvar]
-    return {arg: fractions[i] for i, arg in enumerate(call.args[1].fields)
+    return {hash(arg): fractions[i] for i, arg in enumerate(call.args[1].fields)
             if i in fractions and isinstance(arg, relax.Var)}
 
 
@@ -291,14 +291,17 @@ def extract_op_graph(mod: tvm.IRModule, device_dtype: str | None = None) -> OpGr
     bindings = planned_bindings(mod)
     func = mod["main"]
     params = list(func.params)
-    param_index = {param: i for i, param in enumerate(params)}
-    defined_by: dict[relax.Var, int] = {}
+    # Values are keyed by their node (hash: the handle), not by the Python objects the IR
+    # hands out anew at every read, whose comparisons go through the FFI (a million of them
+    # in a 256-way split).
+    param_index = {hash(param): i for i, param in enumerate(params)}
+    defined_by: dict[int, int] = {}
     flop_cache: dict = {}
     slice_cache: dict = {}
     ops: list[OpNode] = []
     graph = nx.DiGraph()
     input_uses: list[list[int]] = [[] for _ in params]
-    known: dict[relax.Var, int] = {}  # bytes of each value bound so far, read by many ops
+    known: dict[int, int] = {}  # bytes of each value bound so far, read by many ops
 
     for op_id, binding in enumerate(bindings):
         value = binding.value
@@ -318,21 +321,23 @@ def extract_op_graph(mod: tvm.IRModule, device_dtype: str | None = None) -> OpGr
             name = value.op.name if isinstance(value, relax.Call) and hasattr(value.op, "name") \
                 else type(value).__name__
         graph.add_node(op_id)
-        sizes = {var: known[var] if var in known
+        sizes = {var: known[hash(var)] if hash(var) in known
                  else tensor_bytes(var.ty, f"value {var.name}", device_dtype)
                  for var in _value_vars(value)}
         for var, nbytes in sizes.items():
-            if var in defined_by:
-                graph.add_edge(defined_by[var], op_id, nbytes=nbytes)
-            elif var in param_index:
-                input_uses[param_index[var]].append(op_id)
+            key = hash(var)
+            if key in defined_by:
+                graph.add_edge(defined_by[key], op_id, nbytes=nbytes)
+            elif key in param_index:
+                input_uses[param_index[key]].append(op_id)
         input_bytes, written = (moved_bytes(mod, value, sizes, out_bytes, slice_cache)
                                 if kind == "call_tir" else (sum(sizes.values()), out_bytes))
-        defined_by[binding.var] = op_id
-        known[binding.var] = out_bytes
+        defined_by[hash(binding.var)] = op_id
+        known[hash(binding.var)] = out_bytes
         ops.append(OpNode(op_id, name, kind, flops, input_bytes, written, weight_bytes))
 
-    output_ops = [defined_by[var] for var in _value_vars(func.body.body) if var in defined_by]
+    output_ops = [defined_by[hash(var)] for var in _value_vars(func.body.body)
+                  if hash(var) in defined_by]
     return OpGraph(
         ops=ops,
         graph=graph,
