@@ -90,13 +90,23 @@ SLICED_ADD = "chiplet.sliced_add"
 reduce-scatter's step, while the module is reduced: opaque to FuseOps, without markers.
 Replaced by a kernel afterwards."""
 
-SHARE_ROWS = 4
+SHARE_ROWS = 2
 """Fewest rows of a share of a tiled value's row band when an op reads every channel of a row
 (a layer norm after a matmul's 2-D split): each share is fetched from every slice of its band
 and every later tile reads its rows from the shares, so small shares multiply small messages
-and bindings. BERT-base int8 batch 1 on the 16x16 mesh, one tensor-parallel plan (2-D
-projections, attention by bands and heads) realised and simulated with each value: 2 rows per
-share 127 340 cycles, realised in 100 s; 4 rows 127 094, 77 s; 8 rows 128 439, 61 s."""
+(BERT-base's 128 tokens in one-row shares over 64 slices: 8 192 pieces per residual add).
+BERT-base int8 batch 1 on the 16x16 mesh, by rows per share (measured while its query, key and
+value projections had 1-D splits): 1: 251 k cycles, planned in 128 s; 2: 264 k, 76 s; 4: 286 k,
+55 s (spreading the shares over the band instead of its first members: 290 k)."""
+
+RECUT_PIECES = 1024
+"""Most pieces a tiled value is cut into when it is re-cut along its rows (every tile cut into
+its band's shares: tiles x shares per band), each a binding to realise and a message to send:
+256 tiles keep at most 4 shares per band, 64 tiles 16. BERT-base int8 batch 1 on the 16x16
+mesh, one plan (2-D projections, attention by bands and heads) realised and simulated with at
+least 2, 4 and 8 rows per share: 127 340 cycles realised in 100 s, 127 094 in 77 s, 128 439
+in 61 s (4 rows: as this cap makes it). On the 8x8 mesh 4 rows per share simulated 3 % slower
+than 2 (BERT-base 1.89x -> 1.95x the bound), where this cap keeps 2."""
 
 _POOL_OPS = frozenset(
     ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d")
@@ -788,14 +798,17 @@ class _Distributor:
     def _tile_rows(self, value: relax.Var, layout: _Tiled) -> _Sharded:
         """``value`` (tiled as ``layout``) sharded along its rows over the same clusters, made
         once: each band's rows shared among the first of the band's members (at least
-        :data:`SHARE_ROWS` rows each, where the band has that many), each fetching its rows
-        from every slice of its band (an all-to-all inside each band)."""
+        :data:`SHARE_ROWS` rows each, where the band has that many, and at most
+        :data:`RECUT_PIECES` pieces in all), each fetching its rows from every slice of its
+        band (an all-to-all inside each band)."""
         if value not in self._by_rows:
             n = len(layout.channels)
+            most = max(1, RECUT_PIECES // len(layout.parts))
             bounds, parts, clusters = [], [], []
             for i, (begin, end) in enumerate(layout.rows):
                 members = layout.clusters[i * n:(i + 1) * n]
-                shares = even_bounds(end - begin, max(1, min(n, (end - begin) // SHARE_ROWS)))
+                shares = even_bounds(end - begin,
+                                     max(1, min(n, (end - begin) // SHARE_ROWS, most)))
                 for (lo, hi), c in zip(shares, members[:len(shares)], strict=True):
                     rows = (begin + lo, begin + hi)
                     bounds.append(rows)
