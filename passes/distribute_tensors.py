@@ -12,9 +12,11 @@ A split op's parts stay on their clusters. Every value of ``main`` gets a layout
   lies and combines each channel slice's bands on one member, leaving the result sharded along
   the channels; an op that keeps the rows but not the channels (a layer norm over the
   columns) reads it re-cut along the rows, each band's rows shared among the band's members;
-  a reshape that does not keep the rows (a matmul's columns read as attention's heads) reads
-  it sharded along the channels over the first band's members, each slice gathered from
-  every band.
+  a reshape of a matmul's columns into attention's heads keeps it tiled, each band's slices
+  re-cut at whole heads, and transposes, softmax and the matmuls of attention follow those
+  tiles (query rows by heads, each fetching its heads' keys and values from every band); a
+  reshape that does not keep the rows reads it sharded along the channels over the first
+  band's members, each slice gathered from every band.
 
 Ops that work element by element (activations, binary ops with broadcast, bias adds, residual
 adds), pools and reductions over other axes, softmax and layer norm over other axes, transposes
@@ -32,8 +34,10 @@ its kernel afterwards.
 
 A matmul of two activations (attention's scores and context) follows a sharded operand on a
 batch axis (the heads: both operands are cut alike, so every head stays local), the left's rows
-or the right's columns. An elementwise op whose distributed operand is already gathered where it
-is placed runs whole there, when that moves fewer bytes than cutting its whole operands.
+or the right's columns, or a left operand tiled by its rows and heads (each tile fetching its
+heads of the right operand). An elementwise op whose distributed operand is already gathered
+where it is placed runs whole there, when that moves fewer bytes than cutting its whole
+operands.
 
 Why not ``relax.distributed``: its ``DeviceMesh``/``Placement`` types describe one SPMD program
 over a mesh, lowered to collective calls for the disco runtime, with even shards. Our executor
@@ -99,14 +103,14 @@ BERT-base int8 batch 1 on the 16x16 mesh, by rows per share (measured while its 
 value projections had 1-D splits): 1: 251 k cycles, planned in 128 s; 2: 264 k, 76 s; 4: 286 k,
 55 s (spreading the shares over the band instead of its first members: 290 k)."""
 
-RECUT_PIECES = 1024
-"""Most pieces a tiled value is cut into when it is re-cut along its rows (every tile cut into
-its band's shares: tiles x shares per band), each a binding to realise and a message to send:
-256 tiles keep at most 4 shares per band, 64 tiles 16. BERT-base int8 batch 1 on the 16x16
-mesh, one plan (2-D projections, attention by bands and heads) realised and simulated with at
-least 2, 4 and 8 rows per share: 127 340 cycles realised in 100 s, 127 094 in 77 s, 128 439
-in 61 s (4 rows: as this cap makes it). On the 8x8 mesh 4 rows per share simulated 3 % slower
-than 2 (BERT-base 1.89x -> 1.95x the bound), where this cap keeps 2."""
+RECUT_TILES = 128
+"""Tiles past which a re-cut along the rows makes its shares larger: its pieces are tiles x
+shares per band, each a binding to realise and a message to send, so each share holds at least
+``SHARE_ROWS x ceil(tiles / RECUT_TILES)`` rows (256 tiles: 4 rows). BERT-base int8 batch 1 on
+the 16x16 mesh, one plan (2-D projections, attention by bands and heads) realised and
+simulated with at least 2, 4 and 8 rows per share: 127 340 cycles realised in 100 s, 127 094
+in 77 s, 128 439 in 61 s. On the 8x8 mesh (64 tiles) 4 rows per share simulated 3 % slower
+than 2 (BERT-base 1.89x -> 1.95x the bound)."""
 
 _POOL_OPS = frozenset(
     ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d")
@@ -717,10 +721,10 @@ class _Distributor:
         channels, and turns each channel slice into whole rows of one output axis (heads of 64
         columns merged back into 768): each tile reshaped where it lies. When the slices cut
         through those rows (768 columns in slices of 24, read as 12 heads of 64), each band's
-        slices are re-cut at whole rows over the band's first members (at most one group of
-        rows per slice), each fetching its rows from the one to three slices of its band that
-        hold them: attention then runs on every band's members, its heads by its rows, not on
-        one cluster per head."""
+        slices are re-cut at whole rows (at most one group of rows per slice), each group on
+        the member holding its first columns, fetching the rest from the next one or two
+        slices of its band: attention then runs on every band's members, its heads by its
+        rows, not on one cluster per head."""
         shape, out = _shape(data), _shape(var)
         row_axis, channel_axis = layout.row_axis, layout.channel_axis
         if not row_axis < channel_axis or out[:channel_axis] != shape[:channel_axis]:
@@ -798,17 +802,16 @@ class _Distributor:
     def _tile_rows(self, value: relax.Var, layout: _Tiled) -> _Sharded:
         """``value`` (tiled as ``layout``) sharded along its rows over the same clusters, made
         once: each band's rows shared among the first of the band's members (at least
-        :data:`SHARE_ROWS` rows each, where the band has that many, and at most
-        :data:`RECUT_PIECES` pieces in all), each fetching its rows from every slice of its
-        band (an all-to-all inside each band)."""
+        :data:`SHARE_ROWS` rows each, more past :data:`RECUT_TILES` tiles, where the band has
+        that many), each fetching its rows from every slice of its band (an all-to-all inside
+        each band)."""
         if value not in self._by_rows:
             n = len(layout.channels)
-            most = max(1, RECUT_PIECES // len(layout.parts))
+            least = SHARE_ROWS * -(-len(layout.parts) // RECUT_TILES)
             bounds, parts, clusters = [], [], []
             for i, (begin, end) in enumerate(layout.rows):
                 members = layout.clusters[i * n:(i + 1) * n]
-                shares = even_bounds(end - begin,
-                                     max(1, min(n, (end - begin) // SHARE_ROWS, most)))
+                shares = even_bounds(end - begin, max(1, min(n, (end - begin) // least)))
                 for (lo, hi), c in zip(shares, members[:len(shares)], strict=True):
                     rows = (begin + lo, begin + hi)
                     bounds.append(rows)
