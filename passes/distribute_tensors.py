@@ -679,14 +679,22 @@ class _Distributor:
         if len(out) != len(shape) or any(out[a] != shape[a]
                                          for a in (layout.row_axis, layout.channel_axis)):
             return None
-        parts = []
-        for p, c in enumerate(layout.clusters):
-            box = layout.box(p)
-            new_args = [self._operand_box(a, len(out), box, c)
-                        if isinstance(a, (relax.Var, tvm.ir.expr.Constant)) else a for a in args]
-            parts.append(self.emit(relax.Call(call.op, new_args, call.attrs, call.ty_args),
-                                   f"{var.name}_p{p}", c))
-        return dataclasses.replace(layout, parts=tuple(parts))
+        return self._per_tile(var, call, layout, lambda p, c: [
+            self._operand_box(a, len(out), layout.box(p), c)
+            if isinstance(a, (relax.Var, tvm.ir.expr.Constant)) else a for a in args])
+
+    def _per_tile(self, var: relax.Var, call: relax.Call, layout: _Tiled, operands,
+                  row_axis: int | None = None, channel_axis: int | None = None) -> _Tiled:
+        """``call`` once per tile of ``layout``, on the tile's cluster, with the operands
+        ``operands(p, cluster)`` of tile ``p``: the output tiled alike, its rows and channels
+        on ``row_axis`` and ``channel_axis`` (default: the same axes)."""
+        parts = tuple(self.emit(relax.Call(call.op, operands(p, c), call.attrs, call.ty_args),
+                                f"{var.name}_p{p}", c)
+                      for p, c in enumerate(layout.clusters))
+        return dataclasses.replace(
+            layout, parts=parts,
+            row_axis=layout.row_axis if row_axis is None else row_axis,
+            channel_axis=layout.channel_axis if channel_axis is None else channel_axis)
 
     def _follow_tile_axes(self, var: relax.Var, call: relax.Call, args: list[relax.Expr],
                           data: relax.Var) -> _Tiled | None:
@@ -707,14 +715,9 @@ class _Distributor:
         if any(out[axis] != shape[source] for axis, source in (
                 (row_axis, layout.row_axis), (channel_axis, layout.channel_axis))):
             return None
-        parts = []
-        for p, (part, c) in enumerate(zip(layout.parts, layout.clusters, strict=True)):
-            new_args = [part] + [self.whole(a, c) if isinstance(a, relax.Var) else a
-                                 for a in args[1:]]
-            parts.append(self.emit(relax.Call(call.op, new_args, call.attrs, call.ty_args),
-                                   f"{var.name}_p{p}", c))
-        return dataclasses.replace(layout, parts=tuple(parts), row_axis=row_axis,
-                                   channel_axis=channel_axis)
+        return self._per_tile(var, call, layout, lambda p, c: [layout.parts[p]] + [
+            self.whole(a, c) if isinstance(a, relax.Var) else a for a in args[1:]],
+            row_axis, channel_axis)
 
     def _reshape_tiles(self, var: relax.Var, data: relax.Var, layout: _Tiled) -> _Tiled | None:
         """A reshape of a tiled value that keeps its rows and the axes between them and the
@@ -776,13 +779,8 @@ class _Distributor:
         row_axis, channel_axis = (axis + rank - len(a) for axis in (layout.row_axis,
                                                                      layout.channel_axis))
         n = len(layout.channels)
-        parts = []
-        for p, (part, c) in enumerate(zip(layout.parts, layout.clusters, strict=True)):
-            right = self._operand_box(args[1], rank, {channel_axis: layout.channels[p % n]}, c)
-            parts.append(self.emit(relax.Call(call.op, [part, right], call.attrs, call.ty_args),
-                                   f"{var.name}_p{p}", c))
-        return dataclasses.replace(layout, parts=tuple(parts), row_axis=row_axis,
-                                   channel_axis=channel_axis)
+        return self._per_tile(var, call, layout, lambda p, c: [layout.parts[p], self._operand_box(
+            args[1], rank, {channel_axis: layout.channels[p % n]}, c)], row_axis, channel_axis)
 
     def _follow_tile_rows(self, var: relax.Var, call: relax.Call, args: list[relax.Expr],
                           data: relax.Var) -> _Sharded | None:
