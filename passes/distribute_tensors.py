@@ -47,8 +47,10 @@ parts, halos and partial sums, so layouts live in this pass rather than in the t
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import functools
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -172,6 +174,27 @@ class _Tiled:
     def nchw(self) -> bool:
         """Whether this is a conv2d's NCHW output (pools and reductions over rows follow it)."""
         return (self.row_axis, self.channel_axis) == (_ROWS, _CHANNELS)
+
+
+def _overlapping(spans: tuple[tuple[int, int], ...], box: tuple[int, int] | None) -> range:
+    """The indices of ``spans`` (a layout's bands or slices) that may overlap ``box`` (all of
+    them for None): found by bisection where the spans ascend, as they do, since a value cut
+    into hundreds of tiles is read region by region (tens of thousands of regions)."""
+    if box is None:
+        return range(len(spans))
+    starts, ends = _edges(spans)
+    if starts is None:
+        return range(len(spans))
+    return range(bisect.bisect_right(ends, box[0]), bisect.bisect_left(starts, box[1]))
+
+
+@functools.cache
+def _edges(spans: tuple[tuple[int, int], ...]) -> tuple[list[int] | None, list[int] | None]:
+    """The starts and ends of ``spans``, or None when either does not ascend."""
+    starts, ends = [b for b, _ in spans], [e for _, e in spans]
+    ascending = all(a <= b for a, b in itertools.pairwise(starts)) and all(
+        a <= b for a, b in itertools.pairwise(ends))
+    return (starts, ends) if ascending else (None, None)
 
 
 @dataclass(frozen=True)
@@ -340,12 +363,13 @@ class _Distributor:
         n = len(layout.channels)
         row_axis, channel_axis = layout.row_axis, layout.channel_axis
         bands = []
-        for i, band in enumerate(layout.rows):
-            rows = within(row_axis, band)
+        for i in _overlapping(layout.rows, box.get(row_axis)):
+            rows = within(row_axis, layout.rows[i])
             if rows is None:
                 continue
             cells = []
-            for j, slice_ in enumerate(layout.channels):
+            for j in _overlapping(layout.channels, box.get(channel_axis)):
+                slice_ = layout.channels[j]
                 channels = within(channel_axis, slice_)
                 if channels is None:
                     continue

@@ -481,12 +481,12 @@ def _group_fan_outs(items: Sequence[WorkItem], messages: list[dict], system: Chi
         whole = items[message["src"]].output_bytes
         if message["route"] and whole > 0 and message["bytes"] == int(whole):
             readers.setdefault(message["src"], []).append(index)
-    rings: dict[tuple[int, ...], tuple[int, ...] | None] = {}
+    shared: dict = {}
     for source, group in readers.items():
         if len(group) < 2:
             continue
         routes = _shared_routes(topology, system, items[source].cluster,
-                                [items[messages[i]["dst"]].cluster for i in group], rings)
+                                [items[messages[i]["dst"]].cluster for i in group], shared)
         if routes is None:
             continue
         for index in group:
@@ -502,7 +502,7 @@ def _share_pool_fetches(fetches: list[dict], system: ChipletSystem, topology: To
     for fetch in fetches:
         if fetch["shared"] is not None:
             groups.setdefault(fetch["shared"], []).append(fetch)
-    rings: dict[tuple[int, ...], tuple[int, ...] | None] = {}
+    shared: dict = {}
     for group in groups.values():
         if len(group) < 2:
             continue
@@ -512,7 +512,7 @@ def _share_pool_fetches(fetches: list[dict], system: ChipletSystem, topology: To
         prefix = [] if first["dram"] is None else topology.route(
             system.drams[first["dram"]].node, src)
         readers = [f["cluster"] for f in group if f["cluster"] != src]
-        routes = _shared_routes(topology, system, src, readers, rings)
+        routes = _shared_routes(topology, system, src, readers, shared)
         if routes is not None:
             routes = {c: prefix + route for c, route in routes.items()}
             if any(len(set(route)) < len(route) for route in routes.values()):
@@ -525,14 +525,21 @@ def _share_pool_fetches(fetches: list[dict], system: ChipletSystem, topology: To
 
 
 def _shared_routes(topology: Topology, system: ChipletSystem, src: int, readers: list[int],
-                   rings: dict) -> dict[int, list[int]] | None:
+                   known: dict) -> dict[int, list[int]] | None:
     """Routes of one transfer from cluster ``src`` to every reader: around a ring of them when
     an all-gather over them loads the busiest link less that way, else the system's routes when
-    every link on them has multicast routers; None when neither (``rings`` memoises rings)."""
-    members = tuple(sorted({src, *readers}))
-    if members not in rings:
-        rings[members] = gather_ring(topology, members)
-    ring = rings[members]
+    every link on them has multicast routers; None when neither. ``known`` memoises them by
+    source and readers (a split op's parts fan out to the same groups again and again); the
+    lists are shared, and read only."""
+    key = (src, frozenset(readers))
+    if key not in known:
+        known[key] = _fan_out_routes(topology, system, src, key[1])
+    return known[key]
+
+
+def _fan_out_routes(topology: Topology, system: ChipletSystem, src: int, readers: frozenset[int]
+                    ) -> dict[int, list[int]] | None:
+    ring = gather_ring(topology, tuple(sorted({src, *readers})))
     if ring is not None:
         routes = {c: ring_route(topology, ring, src, c) for c in readers}
         if all(route is not None for route in routes.values()):

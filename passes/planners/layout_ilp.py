@@ -12,7 +12,10 @@ The integer program behind ``TensorParallelPlanner(search="ilp")`` and the split
   root ``b`` into an op of root ``a`` depends on both choices (a pairwise term).
 - **Variables.** ``x[a, o]``: op ``a`` takes option ``o``, one per op. Pairwise terms are
   linearised exactly by the marginal (local-polytope) formulation: ``y[b, a, ob, oa] >= 0``
-  with ``sum_oa y = x[b, ob]`` and ``sum_ob y = x[a, oa]``.
+  with ``sum_oa y = x[b, ob]`` and ``sum_ob y = x[a, oa]``; options of one side whose terms
+  are equal against every option of the other (``b``'s options that leave the value in one
+  layout, ``a``'s that want it in one) share one marginal, their ``x`` summed: the same
+  optimum, with far fewer ``y`` on a large grid.
 - **Memory**, as the device keeps weights: a cluster holds the parts of the ops it runs and
   the weights of the ops that follow them; what exceeds its weight budget (its SRAM less the
   stream buffer) streams from DRAM every input, ``over[c] >= held[c] - budget[c]``, and every
@@ -129,6 +132,15 @@ def _option(walk: CostWalk, root: list[int | None], members: list[int], r: int |
     return _Option(tree.layout, cycles, dict(weights_on), inbound)
 
 
+def _classes(cost: np.ndarray) -> list[list[int]]:
+    """The options along ``cost``'s first axis grouped by equal costs against every option of
+    the second axis (on every tile), in order of their first member."""
+    groups: dict[bytes, list[int]] = {}
+    for index in range(cost.shape[0]):
+        groups.setdefault(cost[index].tobytes(), []).append(index)
+    return list(groups.values())
+
+
 def solve_layouts(walk: CostWalk, options: dict[int, list], inputs: int = 1,
                   solver: str = "highs", time_limit: float | None = 30.0) -> LayoutIlpResult:
     """The choice of ``options`` (op -> its options, as tensor-parallel lists them) that
@@ -196,15 +208,21 @@ def solve_layouts(walk: CostWalk, options: dict[int, list], inputs: int = 1,
                 if unary[r][index][t]:
                     tile_cost[t] += float(unary[r][index][t]) * x[r, index]
     for (b, a), cost in pairs.items():
-        nb, na = cost.shape[:2]
         if not cost.any():
             continue
+        # Options of one side whose moves cost the same against every option of the other
+        # (they leave the value in one layout, or want it in one) share their marginals.
+        senders, receivers = _classes(cost), _classes(cost.transpose(1, 0, 2))
+        cost = cost[[group[0] for group in senders]][:, [group[0] for group in receivers]]
+        nb, na = len(senders), len(receivers)
         y = {(i, j): pulp.LpVariable(f"y_{b}_{a}_{i}_{j}", lowBound=0)
              for i in range(nb) for j in range(na)}
-        for i in range(nb):
-            lp += pulp.lpSum(y[i, j] for j in range(na)) == x[b, i], f"m_{b}_{a}_b{i}"
-        for j in range(na):
-            lp += pulp.lpSum(y[i, j] for i in range(nb)) == x[a, j], f"m_{b}_{a}_a{j}"
+        for i, group in enumerate(senders):
+            lp += pulp.lpSum(y[i, j] for j in range(na)) == pulp.lpSum(
+                x[b, o] for o in group), f"m_{b}_{a}_b{i}"
+        for j, group in enumerate(receivers):
+            lp += pulp.lpSum(y[i, j] for i in range(nb)) == pulp.lpSum(
+                x[a, o] for o in group), f"m_{b}_{a}_a{j}"
         for t in range(tiles):
             terms = [(y[i, j], float(cost[i, j, t])) for i in range(nb) for j in range(na)
                      if cost[i, j, t]]
