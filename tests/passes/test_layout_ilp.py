@@ -110,3 +110,20 @@ def test_the_programs_time_limit_is_shared_by_the_layouts(monkeypatch):
     TensorParallelPlanner(time_limit=5.0).plan(p)
     assert solved == [5.0]  # nothing left for the second layout: its local search's plan
     assert placement.notes["ilp"]["status"] == "Optimal"
+
+
+def test_the_whole_grid_is_searched_first_whatever_its_start(monkeypatch):
+    # The layouts share the program's seconds: a pipeline whose start looks faster must not
+    # leave the whole grid's program (the largest) to be cut off.
+    stages = []
+
+    def record(walk, options, inputs, solver, time_limit):
+        stages.append(len(walk.costs.first) - 1)
+        return solve_layouts(walk, options, inputs)
+
+    monkeypatch.setattr(tensor_parallel, "solve_layouts", record)
+    monkeypatch.setattr(tensor_parallel, "SEARCH_WITHIN", float("inf"))
+    monkeypatch.setattr(tensor_parallel._Space, "estimate",
+                        lambda space, choice: 1.0 if space.stage_of is not None else 2.0)
+    TensorParallelPlanner().plan(chain_problem(clusters=4))
+    assert stages == [1, 1, 2]  # the grid with 2-D splits, without, then the pipeline
