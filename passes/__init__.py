@@ -11,6 +11,7 @@ from tvm_chiplet.passes.plan_placement import PlanPlacement
 from tvm_chiplet.passes.plan_split_placement import PlanSplitPlacement
 from tvm_chiplet.passes.reduce_graph import ReduceGraph
 from tvm_chiplet.passes.replicate_data_parallel import ReplicateDataParallel
+from tvm_chiplet.passes.slice_strided_convs import SliceStridedConvs
 from tvm_chiplet.passes.split_operators import SplitOperators
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "PlanSplitPlacement",
     "ReduceGraph",
     "ReplicateDataParallel",
+    "SliceStridedConvs",
     "SplitOperators",
     "get_pipeline",
 ]

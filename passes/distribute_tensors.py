@@ -639,6 +639,8 @@ class _Distributor:
                 return None
             return self._parts(var, call, args, axis, layout.bounds, layout,
                                lambda a, b, e, c: self._operand_region(a, len(out), axis, b, e, c))
+        if name == "relax.strided_slice":
+            return self._follow_slice(var, call, args[0])
         tiled = self.layout.get(args[0])
         if isinstance(tiled, _Tiled) and tiled.nchw:
             if name == "relax.nn.max_pool2d":
@@ -694,6 +696,57 @@ class _Distributor:
                 return None
         return self._parts(var, call, args, axis, bounds, layout, lambda a, b, e, c: (
             self.region(a, layout.axis, b, e, c) if a.same_as(data) else self.whole(a, c)))
+
+    def _follow_slice(self, var: relax.Var, call: relax.Call, data: relax.Expr
+                      ) -> _Sharded | _Tiled | None:
+        """A strided slice of a sharded or tiled value (every other pixel, read by a strided
+        1x1 conv: SliceStridedConvs): each part slices its own elements where it lies, a part
+        along a sliced axis keeping its own terms of the progression (parts left with none
+        drop out). None, to gather it, for a slice along a tiled value's channels or a partial
+        sum."""
+        slices = _slice_spec(call, len(_shape(data)))
+        layout = self.layout.get(data)
+        if slices is None or not isinstance(layout, (_Sharded, _Tiled)):
+            return None
+        cut = layout.axis if isinstance(layout, _Sharded) else layout.row_axis
+        if isinstance(layout, _Tiled) and layout.channel_axis in slices:
+            return None
+
+        def piece(part: relax.Var, cluster: int, span: tuple[int, int]):
+            """``part`` (holding ``span`` of the cut axis) sliced, and its output span."""
+            local, out = dict(slices), span
+            if cut in slices:
+                begin, end, stride = slices[cut]
+                first = max(span[0], begin + -(-(span[0] - begin) // stride) * stride)
+                last = min(span[1], end)
+                if first >= last:
+                    return None
+                local[cut] = (first - span[0], last - span[0], stride)
+                out = ((first - begin) // stride, (last - begin - 1) // stride + 1)
+            axes = sorted(local)
+            sliced = relax.op.strided_slice(
+                part, axes=axes, begin=[local[a][0] for a in axes],
+                end=[local[a][1] for a in axes], strides=[local[a][2] for a in axes])
+            return self.emit(sliced, f"{var.name}_p{cluster}", cluster), out
+
+        if isinstance(layout, _Sharded):
+            kept = [(done, c) for part, c, span in zip(layout.parts, layout.clusters,
+                                                       layout.bounds, strict=True)
+                    if (done := piece(part, c, span)) is not None]
+            return _Sharded(cut, tuple(out for (_, out), _ in kept),
+                            tuple(p for (p, _), _ in kept), tuple(c for _, c in kept))
+        n = len(layout.channels)
+        rows, parts, clusters = [], [], []
+        for i, band in enumerate(layout.rows):
+            done = [piece(layout.parts[p], layout.clusters[p], band)
+                    for p in range(i * n, i * n + n)]
+            if done[0] is None:
+                continue
+            rows.append(done[0][1])
+            parts += [p for p, _ in done]
+            clusters += layout.clusters[i * n:i * n + n]
+        return dataclasses.replace(layout, rows=tuple(rows), parts=tuple(parts),
+                                   clusters=tuple(clusters))
 
     def _follow_tiles(self, var: relax.Var, call: relax.Call, args: list[relax.Expr],
                       layout: _Tiled, source: relax.Var) -> _Tiled | None:
@@ -1136,6 +1189,27 @@ def _reduced_rows(call: relax.Call) -> tuple[list[int], bool, bool] | None:
     if _ROWS not in axes or _CHANNELS in axes:
         return None
     return axes, bool(attrs.keepdims), name == "relax.mean"
+
+
+def _slice_spec(call: relax.Call, rank: int) -> dict[int, tuple[int, int, int]] | None:
+    """``{axis: (begin, end, stride)}`` of a ``strided_slice`` of a rank-``rank`` value, each
+    within the axis' extent; None when not static or a stride is not positive."""
+    try:
+        axes, begin, end, *strides = ([int(getattr(f, "value", f)) for f in arg.fields]
+                                      for arg in call.args[1:5])
+    except (AttributeError, TypeError, ValueError):
+        return None
+    strides = strides[0] if strides else [1] * len(axes)
+    shape = _shape(call.args[0])
+    spec = {}
+    for axis, b, e, s in zip(axes, begin, end, strides, strict=True):
+        axis %= rank
+        size = shape[axis]
+        b, e = (min(max(v + size if v < 0 else v, 0), size) for v in (b, e))
+        if s <= 0:
+            return None
+        spec[axis] = (b, max(b, e), s)
+    return spec
 
 
 def _band_rows(b: int, e: int, stride: int, extent: int, top: int, height: int

@@ -14,7 +14,17 @@ from tvm_chiplet.passes.planners import DataParallelPlanner, Planner
 from tvm_chiplet.passes.planners.base import WorkloadSimulator
 from tvm_chiplet.passes.reduce_graph import ReduceGraph
 from tvm_chiplet.passes.replicate_data_parallel import ReplicateDataParallel
+from tvm_chiplet.passes.slice_strided_convs import SliceStridedConvs
 from tvm_chiplet.targets.system import ChipletSystem
+
+
+def prepare_splits() -> tvm.transform.Pass:
+    """The rewrites of a model before it is planned for splits, with the same results:
+    Conv1dAsConv2d (1-D convolutions split as 2-D ones) and SliceStridedConvs (a strided
+    1x1 conv reads only the pixels it uses). Benchmarks that plan a model apply it as the
+    ``chiplet-default`` pipeline does."""
+    return tvm.transform.Sequential([Conv1dAsConv2d(), SliceStridedConvs()],
+                                    name="chiplet-prepare-splits")
 
 
 def _chiplet_default(
@@ -25,7 +35,7 @@ def _chiplet_default(
         passes = [ReplicateDataParallel(max_replicas=system.num_clusters), ReduceGraph(target),
                   PlanPlacement(system, strategy, simulator)]
     else:
-        passes = [Conv1dAsConv2d(), PlanSplitPlacement(system, strategy, target, simulator)]
+        passes = [prepare_splits(), PlanSplitPlacement(system, strategy, target, simulator)]
     return tvm.transform.Sequential([*passes, PartitionByCluster()], name="chiplet-default")
 
 
@@ -46,7 +56,7 @@ PIPELINES: dict[str, Callable[..., tvm.transform.Pass]] = {
 def get_pipeline(name: str = "chiplet-default", **options) -> tvm.transform.Pass:
     """The pass pipeline registered as ``name``.
 
-    ``chiplet-default``: Conv1dAsConv2d -> PlanSplitPlacement (ReduceGraph, plan, and for
+    ``chiplet-default``: :func:`prepare_splits` -> PlanSplitPlacement (ReduceGraph, plan, and for
     strategies that split ops DistributeTensors and ReduceGraph again) -> PartitionByCluster;
     for the ``data-parallel`` strategy ReplicateDataParallel -> ReduceGraph -> PlanPlacement
     -> PartitionByCluster.

@@ -22,6 +22,7 @@ import argparse
 import os
 
 from tvm_chiplet.passes import ReduceGraph
+from tvm_chiplet.passes.pipeline import prepare_splits
 from tvm_chiplet.passes.plan_split_placement import split_problem
 from tvm_chiplet.passes.planners import PlanningError, get_planner
 from tvm_chiplet.runtime.device import ENERGY_TERMS, simulate_workload
@@ -43,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--strategies", nargs="+", default=list(STRATEGIES))
     parser.add_argument("--out", default="tools/bench/results")
     args = parser.parse_args(argv)
-    mod = load_model(models.get_model(MODEL))
+    mod = prepare_splits()(load_model(models.get_model(MODEL)))
     system = load_system(PRESET).with_device_dtype(DTYPE)
     problem, _ = split_problem(mod, ReduceGraph()(mod), system, simulate_workload)
     ops = problem.graph.total_flops

@@ -23,6 +23,7 @@ import time
 from tvm_chiplet.build import compare_to_bound
 from tvm_chiplet.passes import ReduceGraph, ReplicateDataParallel
 from tvm_chiplet.passes.analysis.extract_op_graph import extract_op_graph
+from tvm_chiplet.passes.pipeline import prepare_splits
 from tvm_chiplet.passes.plan_split_placement import split_problem
 from tvm_chiplet.passes.planners import (
     PLANNERS,
@@ -218,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         for model_name in args.models:
             options = QUICK.get(model_name, {}) if args.quick else {}
             started = time.perf_counter()
-            mod = load_model(models.get_model(model_name, **options))
+            mod = prepare_splits()(load_model(models.get_model(model_name, **options)))
             reduced = ReduceGraph()(mod)
             print(f"[strategies] {model_name}: reduced in "
                   f"{time.perf_counter() - started:.1f} s", flush=True)
