@@ -6,8 +6,10 @@ import pytest
 from tvm import relax
 
 from tests.passes.test_distribute_tensors import check_numerics, const, crossings, module, run
-from tvm_chiplet.passes import SliceStridedConvs
+from tvm_chiplet.passes import SliceStridedConvs, get_pipeline
 from tvm_chiplet.passes.distribute_tensors import DistributedSplit, distribute_and_reduce
+from tvm_chiplet.runtime.device import simulate_workload
+from tvm_chiplet.targets.system_toml import load_system
 
 RNG = np.random.default_rng(0)
 
@@ -101,3 +103,20 @@ def test_a_band_left_without_a_kept_row_drops_out():
     # Row 4 (of 3 columns: 0, 4, 8) from band 1 and row 8 from band 3 reach the shortcut on
     # cluster 0 (band 0, with row 0); band 2 sends nothing.
     assert sorted(crossings(reduced, clusters)) == [(16 * 3 * 4, 1, 0), (16 * 3 * 4, 3, 0)]
+
+
+def test_the_default_pipeline_slices_before_it_plans_and_matches():
+    # chiplet-default (prepare_splits first): the shortcut's kernels, split or not, read 5
+    # columns of rows of the slice, not the 10 columns of the layer.
+    mod = module(shortcut, (1, 8, 9, 10))
+    out = get_pipeline("chiplet-default", system=load_system("cluster-4"),
+                       strategy="tensor-parallel", simulator=simulate_workload)(mod)
+    x = RNG.normal(size=(1, 8, 9, 10)).astype("float32")
+    np.testing.assert_allclose(run(out, [x]), run(mod, [x]), rtol=1e-5, atol=1e-5)
+    reads = [[int(d) for d in arg.ty.shape] for func in out.functions.values()
+             if isinstance(func, relax.Function) for block in func.body.blocks
+             for b in block.bindings if isinstance(b.value, relax.Call)
+             and "conv2d" in getattr(b.value.args[0], "name_hint", "")
+             for arg in b.value.args[1].fields if arg.ty.shape[-1] != 1]
+    shortcut_reads = [shape for shape in reads if shape[1] == 16]
+    assert shortcut_reads and all(shape[-1] == 5 for shape in shortcut_reads)
