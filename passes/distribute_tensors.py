@@ -249,6 +249,7 @@ class _Distributor:
         self.cluster_of: dict[relax.Var, int] = {}
         self._crossing: dict[tuple[relax.Var, int], relax.Var] = {}
         self._whole: dict[tuple[relax.Var, int], relax.Expr] = {}
+        self._sliced: dict[relax.Var, tuple[relax.Var, relax.Call]] = {}  # slice: (data, call)
         self._cuts: dict[tuple, relax.Expr] = {}  # (var, box): its slice, cut once
         self._constant_cuts: dict[tuple, tvm.ir.expr.Constant] = {}  # (constant, box)
         self._by_rows: dict[relax.Var, _Sharded] = {}  # a tiled value re-cut along its rows
@@ -300,6 +301,15 @@ class _Distributor:
         if isinstance(layout, _Whole):
             return self.use(layout.var, cluster)
         key = (value, cluster)
+        source = self._sliced.get(value)
+        if key not in self._whole and source is not None and (source[0], cluster) in self._whole:
+            # A strided slice whose input is already whole here (gathered for another
+            # reader: a layer's input, read by its block and, sliced, by the shortcut) is cut
+            # from that copy, not gathered again.
+            data, call = source
+            self._whole[key] = self.emit(
+                relax.Call(call.op, [self._whole[data, cluster], *call.args[1:]], call.attrs),
+                f"{value.name}_whole", cluster)
         if key not in self._whole:
             if isinstance(layout, _Sharded):
                 size = layout.bounds[-1][1]
@@ -711,6 +721,7 @@ class _Distributor:
         cut = layout.axis if isinstance(layout, _Sharded) else layout.row_axis
         if isinstance(layout, _Tiled) and layout.channel_axis in slices:
             return None
+        self._sliced[var] = (data, call)
 
         def piece(part: relax.Var, cluster: int, span: tuple[int, int]):
             """``part`` (holding ``span`` of the cut axis) sliced, and its output span."""
@@ -1124,7 +1135,11 @@ class _Distributor:
             return conv2d_like(call, self.region(data, 1, b, e, c),
                            self.region(weight, kernel_axis, b, e, c), **changes)
         if dim == "out_channels":
-            return conv2d_like(call, self.whole(data, c), self.region(weight, 0, b, e, c))
+            kernel = self.region(weight, 0, b, e, c)
+            unsliced = self._unsliced(call, c)
+            if unsliced is not None:
+                return conv2d_like(call, unsliced[0], kernel, strides=unsliced[1])
+            return conv2d_like(call, self.whole(data, c), kernel)
         # Output rows [b, e) read input rows [lo, hi) of the padded input: a halo exchange.
         top, left, _, right = (int(p) for p in call.attrs.padding)
         stride, dilation = int(call.attrs.strides[0]), int(call.attrs.dilation[0])
@@ -1141,6 +1156,31 @@ class _Distributor:
                   else self.region(weight, 0, *channels, c))
         changes = {"groups": channels[1] - channels[0]} if depthwise else {}
         return conv2d_like(call, rows, kernel, padding=[0, left, 0, right], **changes)
+
+    def _unsliced(self, call: relax.Call, cluster: int) -> tuple[relax.Expr, list[int]] | None:
+        """For a conv2d whose input is a strided slice as SliceStridedConvs makes it (every
+        ``s``-th row or column, for a kernel 1 wide there), when the slice's input is already
+        whole on ``cluster``: that copy and the strides that read the same pixels from it, so
+        no slice is copied out of it; else None."""
+        source = self._sliced.get(self.resolve(call.args[0]))
+        if source is None or (source[0], cluster) not in self._whole:
+            return None
+        data, sliced = source
+        shape, attrs = _shape(data), call.attrs
+        spec = _slice_spec(sliced, len(shape))
+        layout, kernel_layout = str(attrs.data_layout), str(attrs.kernel_layout)
+        spatial = {layout.index(dim): i for i, dim in enumerate("HW")}  # axis: attribute index
+        if spec is None or set(spec) - set(spatial):
+            return None
+        kernel, pads = _shape(call.args[1]), [int(p) for p in attrs.padding]
+        strides = [int(s) for s in attrs.strides]
+        for axis, (begin, end, stride) in spec.items():
+            i = spatial[axis]
+            if (begin, end, strides[i], pads[i], pads[i + 2],
+                    kernel[kernel_layout.index("HW"[i])]) != (0, shape[axis], 1, 0, 0, 1):
+                return None
+            strides[i] = stride
+        return self._whole[data, cluster], strides
 
     def _matmul_part(self, call: relax.Call, dim: str, b: int, e: int, c: int,
                      cols: tuple[int, int] | None = None) -> relax.Expr:

@@ -6,6 +6,8 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from tvm_chiplet.passes.split_operators import conv2d_like
+
 _CONV2D = tvm.ir.Op.get("relax.nn.conv2d")
 
 
@@ -41,7 +43,7 @@ class SliceStridedConvs:
         return out
 
 
-def sliced_axes(call: relax.Call) -> list[tuple[int, int, int]]:
+def _sliced_axes(call: relax.Call) -> list[tuple[int, int, int]]:
     """``(data axis, extent, stride)`` of each spatial axis along which ``conv2d`` call
     ``call`` reads only every stride-th pixel (kernel extent 1, stride > 1, no padding); empty
     when its shapes are not static."""
@@ -73,23 +75,16 @@ class _Rewriter(PyExprMutator):
         call = super().visit_call_(call)
         if not call.op.same_as(_CONV2D):
             return call
-        axes = sliced_axes(call)
+        axes = _sliced_axes(call)
         if not axes:
             return call
-        attrs = call.attrs
         data, weight = call.args
         sliced = relax.op.strided_slice(
             data, axes=[a for a, _, _ in axes], begin=[0] * len(axes),
             end=[extent for _, extent, _ in axes], strides=[s for _, _, s in axes])
-        strides = [int(s) for s in attrs.strides]
-        for i, dim in enumerate("HW"):
-            if str(attrs.data_layout).index(dim) in [a for a, _, _ in axes]:
-                strides[i] = 1
-        conv = relax.op.nn.conv2d(
-            self.builder_.normalize(sliced), weight, strides=strides,
-            padding=[int(p) for p in attrs.padding], dilation=[int(d) for d in attrs.dilation],
-            groups=int(attrs.groups), data_layout=str(attrs.data_layout),
-            kernel_layout=str(attrs.kernel_layout), out_layout=str(attrs.out_layout),
-            out_dtype=attrs.out_dtype)
+        layout = str(call.attrs.data_layout)
+        strides = [1 if layout.index(dim) in [a for a, _, _ in axes] else int(stride)
+                   for dim, stride in zip("HW", call.attrs.strides, strict=True)]
+        conv = conv2d_like(call, self.builder_.normalize(sliced), weight, strides=strides)
         self.rewritten += 1
         return self.builder_.normalize(conv)

@@ -120,3 +120,26 @@ def test_the_default_pipeline_slices_before_it_plans_and_matches():
              for arg in b.value.args[1].fields if arg.ty.shape[-1] != 1]
     shortcut_reads = [shape for shape in reads if shape[1] == 16]
     assert shortcut_reads and all(shape[-1] == 5 for shape in shortcut_reads)
+
+
+def test_a_slice_of_a_layer_already_gathered_is_cut_from_that_copy():
+    # ResNet's first block of a stage: the block's first conv and the shortcut both read the
+    # layer. Where the block gathers it whole (an output-channel split), the shortcut's parts
+    # read that copy with strides: the same kernels and messages as without the slice (no
+    # slice copied out of it, nothing more crossing).
+    def block(bb, x):
+        a = bb.emit(relax.op.nn.relu(relax.op.nn.conv2d(x, const(16, 8, 3, 3),
+                                                        padding=[1, 1, 1, 1])))
+        main = bb.emit(relax.op.nn.conv2d(a, const(8, 16, 3, 3), strides=[2, 2],
+                                          padding=[1, 1, 1, 1]))
+        return relax.op.add(main, relax.op.nn.conv2d(a, const(8, 16, 1, 1), strides=[2, 2]))
+
+    moved, kernels = [], []
+    for mod in (module(block, (1, 8, 9, 10)), SliceStridedConvs()(module(block, (1, 8, 9, 10)))):
+        splits = [DistributedSplit(i, "out_channels", (0, 1, 2, 3)) for i in range(3)]
+        reduced, clusters = distribute_and_reduce(mod, splits, home=0)
+        check_numerics(mod, reduced, (1, 8, 9, 10))
+        moved.append(sum(size for size, _, _ in crossings(reduced, clusters)))
+        kernels.append(sorted(str(b.value.args[0]) for block in reduced["main"].body.blocks
+                              for b in block.bindings if isinstance(b.value, relax.Call)))
+    assert moved[1] == moved[0] and kernels[1] == kernels[0]
