@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import tvm
 from tvm import relax
-from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from tvm_chiplet.passes.rewrite_calls import rewrite_calls
 
 _CONV1D = tvm.ir.Op.get("relax.nn.conv1d")
 
@@ -29,42 +30,24 @@ class Conv1dAsConv2d:
     """
 
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        if "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
-            return mod
-        rewriter = _Rewriter(mod)
-        main = rewriter.visit_expr(mod["main"])
-        if not rewriter.rewritten:
-            return mod
-        out = mod.clone()
-        out["main"] = main
-        return out
+        return rewrite_calls(mod, _CONV1D, _as_conv2d)
 
 
-@mutator
-class _Rewriter(PyExprMutator):
-    def __init__(self, mod: tvm.IRModule) -> None:
-        super().__init__(mod)
-        self.rewritten = 0
-
-    def visit_call_(self, call: relax.Call) -> relax.Expr:
-        call = super().visit_call_(call)
-        if not call.op.same_as(_CONV1D):
-            return call
-        attrs = call.attrs
-        if (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)) != (
-                "NCW", "OIW", "NCW"):
-            return call
-        data, weight = call.args
-        if isinstance(weight, tvm.ir.expr.Constant):
-            array = weight.value.numpy()
-            kernel = relax.const(array.reshape(*array.shape, 1), str(weight.ty.dtype))
-        else:
-            kernel = relax.op.expand_dims(weight, 3)
-        left, right = (int(p) for p in attrs.padding)
-        conv = relax.op.nn.conv2d(
-            relax.op.expand_dims(data, 3), kernel, strides=[int(attrs.strides[0]), 1],
-            padding=[left, 0, right, 0], dilation=[int(attrs.dilation[0]), 1],
-            groups=int(attrs.groups), data_layout="NCHW", kernel_layout="OIHW",
-            out_layout="NCHW", out_dtype=attrs.out_dtype)
-        self.rewritten += 1
-        return self.builder_.normalize(relax.op.squeeze(conv, [3]))
+def _as_conv2d(call: relax.Call) -> relax.Expr | None:
+    attrs = call.attrs
+    if (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)) != (
+            "NCW", "OIW", "NCW"):
+        return None
+    data, weight = call.args
+    if isinstance(weight, tvm.ir.expr.Constant):
+        array = weight.value.numpy()
+        kernel = relax.const(array.reshape(*array.shape, 1), str(weight.ty.dtype))
+    else:
+        kernel = relax.op.expand_dims(weight, 3)
+    left, right = (int(p) for p in attrs.padding)
+    conv = relax.op.nn.conv2d(
+        relax.op.expand_dims(data, 3), kernel, strides=[int(attrs.strides[0]), 1],
+        padding=[left, 0, right, 0], dilation=[int(attrs.dilation[0]), 1],
+        groups=int(attrs.groups), data_layout="NCHW", kernel_layout="OIHW",
+        out_layout="NCHW", out_dtype=attrs.out_dtype)
+    return relax.op.squeeze(conv, [3])

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import tvm
 from tvm import relax
-from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from tvm_chiplet.passes.rewrite_calls import rewrite_calls
 from tvm_chiplet.passes.split_operators import conv2d_like
 
 _CONV2D = tvm.ir.Op.get("relax.nn.conv2d")
@@ -32,15 +32,7 @@ class SliceStridedConvs:
     """
 
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        if "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
-            return mod
-        rewriter = _Rewriter(mod)
-        main = rewriter.visit_expr(mod["main"])
-        if not rewriter.rewritten:
-            return mod
-        out = mod.clone()
-        out["main"] = main
-        return out
+        return rewrite_calls(mod, _CONV2D, _sliced_conv)
 
 
 def _sliced_axes(call: relax.Call) -> list[tuple[int, int, int]]:
@@ -65,26 +57,14 @@ def _sliced_axes(call: relax.Call) -> list[tuple[int, int, int]]:
     return axes
 
 
-@mutator
-class _Rewriter(PyExprMutator):
-    def __init__(self, mod: tvm.IRModule) -> None:
-        super().__init__(mod)
-        self.rewritten = 0
-
-    def visit_call_(self, call: relax.Call) -> relax.Expr:
-        call = super().visit_call_(call)
-        if not call.op.same_as(_CONV2D):
-            return call
-        axes = _sliced_axes(call)
-        if not axes:
-            return call
-        data, weight = call.args
-        sliced = relax.op.strided_slice(
-            data, axes=[a for a, _, _ in axes], begin=[0] * len(axes),
-            end=[extent for _, extent, _ in axes], strides=[s for _, _, s in axes])
-        layout = str(call.attrs.data_layout)
-        strides = [1 if layout.index(dim) in [a for a, _, _ in axes] else int(stride)
-                   for dim, stride in zip("HW", call.attrs.strides, strict=True)]
-        conv = conv2d_like(call, self.builder_.normalize(sliced), weight, strides=strides)
-        self.rewritten += 1
-        return self.builder_.normalize(conv)
+def _sliced_conv(call: relax.Call) -> relax.Expr | None:
+    axes = _sliced_axes(call)
+    if not axes:
+        return None
+    sliced = relax.op.strided_slice(
+        call.args[0], axes=[a for a, _, _ in axes], begin=[0] * len(axes),
+        end=[extent for _, extent, _ in axes], strides=[s for _, _, s in axes])
+    layout = str(call.attrs.data_layout)
+    strides = [1 if layout.index(dim) in [a for a, _, _ in axes] else int(stride)
+               for dim, stride in zip("HW", call.attrs.strides, strict=True)]
+    return conv2d_like(call, sliced, call.args[1], strides=strides)

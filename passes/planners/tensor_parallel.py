@@ -611,8 +611,8 @@ with 256 was 12.6x the bound, with 64 11.5x); 2-D splits do (:data:`MAX_TILE_PAR
 MAX_TILE_PARTS = 256
 """Default most parts of a conv2d's 2-D split (a 16x16 mesh's clusters): each part gathers only
 its band, from the clusters of its band, so the messages of a layer grow with the parts times
-the slices per band, not the parts squared. ResNet-50 at batch 1 on the 16x16 mesh: 2.98x the
-bound over 256 clusters, planned in 108 s (1-D splits: 11.5x over 64)."""
+the slices per band, not the parts squared. ResNet-50 at batch 1 on the 16x16 mesh: 2.93x the
+bound over 256 clusters, planned in 101 s (1-D splits: 11.5x over 64)."""
 
 LAYER_SEQUENTIAL_DIMS = ("out_channels", "cols", "rows", "batch")
 """Dimensions the layer-sequential baseline splits along, in order of preference."""
