@@ -728,7 +728,8 @@ class _Distributor:
             local, out = dict(slices), span
             if cut in slices:
                 begin, end, stride = slices[cut]
-                first = max(span[0], begin + -(-(span[0] - begin) // stride) * stride)
+                start = max(span[0], begin)  # the progression's first term in the span
+                first = begin + -(-(start - begin) // stride) * stride
                 last = min(span[1], end)
                 if first >= last:
                     return None

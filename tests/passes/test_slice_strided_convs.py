@@ -143,3 +143,30 @@ def test_a_slice_of_a_layer_already_gathered_is_cut_from_that_copy():
         kernels.append(sorted(str(b.value.args[0]) for block in reduced["main"].body.blocks
                               for b in block.bindings if isinstance(b.value, relax.Call)))
     assert moved[1] == moved[0] and kernels[1] == kernels[0]
+
+
+@pytest.mark.parametrize("begin, end, stride, kept", [
+    (6, 12, 1, [1]),  # an LSTM's gate: the part holding it
+    (5, 19, 1, [0, 1, 2, 3]),  # rows 5 and 18 at the ends
+    (3, 24, 4, [0, 1, 2, 3]),  # rows 3, 7, 11, 15, 19, 23: each part keeps its own
+    (0, 12, 7, [0, 1]),  # rows 0 and 7
+])
+def test_a_slice_of_a_sharded_value_keeps_the_parts_that_hold_its_terms(begin, end, stride,
+                                                                         kept):
+    def build(bb, x):
+        a = bb.emit(relax.op.nn.relu(relax.op.nn.conv2d(x, const(4, 8, 3, 3),
+                                                        padding=[1, 1, 1, 1])))
+        s = bb.emit(relax.op.strided_slice(a, axes=[2], begin=[begin], end=[end],
+                                           strides=[stride]))
+        # A bias of the slice's shape: each part adds its own rows of it.
+        return relax.op.add(s, const(1, 4, len(range(begin, end, stride)), 5))
+
+    mod = module(build, (1, 8, 24, 5))
+    reduced, clusters = distribute_and_reduce(mod, [DistributedSplit(0, "rows", (0, 1, 2, 3))],
+                                              home=0)
+    check_numerics(mod, reduced, (1, 8, 24, 5))
+    # Rows of 6 per part: only the parts holding terms send any (their own), where the result
+    # is gathered.
+    moved = crossings(reduced, clusters)
+    assert {src for _, src, _ in moved} <= set(kept)
+    assert sum(size for size, _, _ in moved) < 4 * 5 * len(range(begin, end, stride)) * 4

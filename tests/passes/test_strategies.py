@@ -8,6 +8,7 @@ import tvm_chiplet
 from tests.tools.test_tvmc_microbatch import gemv_chain
 from tvm_chiplet.passes import ReduceGraph
 from tvm_chiplet.passes.analysis.extract_op_graph import extract_op_graph
+from tvm_chiplet.passes.pipeline import prepare_splits
 from tvm_chiplet.passes.plan_split_placement import split_problem
 from tvm_chiplet.passes.planners import (
     AutoPlanner,
@@ -35,7 +36,7 @@ from tvm_chiplet.tools.frontends import load_model
 def resnet18_problem():
     model = models.get_model("resnet18", image=64)
     system = load_system("mesh-4x4")
-    mod = load_model(model)
+    mod = prepare_splits()(load_model(model))  # as chiplet-default prepares it for the build
     problem, _ = split_problem(mod, ReduceGraph()(mod), system, simulate_workload)
     return model, problem
 
@@ -233,13 +234,15 @@ def test_auto_prunes_a_splitting_candidate_its_estimate_puts_far_behind(resnet18
     placement = AutoPlanner(candidates, batches=64).plan(counting)
     rows = {row["strategy"]: row for row in placement.notes["auto"]["candidates"]}
     assert "before realising its op splits" in rows["layer-sequential"]["pruned"]
-    assert realised == [] and placement.strategy == "auto:pipeline"
+    # Never realised (the pipeline's own plan may split ops over its regions, and is).
+    assert "layer-sequential" not in realised and placement.strategy == "auto:pipeline"
     # Without pruning, the candidate is realised and simulated as built, and the faster wins.
     monkeypatch.setattr(auto, "PRUNE_FACTOR", float("inf"))
+    realised.clear()
     placement = AutoPlanner(candidates, batches=64).plan(counting)
     built = simulate_placement(problem, candidates[1].plan(problem), 64,
                                as_built=True).total_cycles
-    assert realised == ["layer-sequential"]
+    assert realised.count("layer-sequential") == 1
     assert placement.strategy == ("auto:layer-sequential" if built < pipeline else "auto:pipeline")
 
 
