@@ -20,7 +20,8 @@ A split op's parts stay on their clusters. Every value of ``main`` gets a layout
 
 Ops that work element by element (activations, binary ops with broadcast, bias adds, residual
 adds), pools and reductions over other axes, softmax and layer norm over other axes, transposes
-and reshapes that keep the split axis whole follow their input's layout: part ``p`` runs on
+and reshapes that keep the split axis whole, and strided slices (each part keeping its own
+terms) follow their input's layout: part ``p`` runs on
 ``clusters[p]`` and reads its local part with no communication. A consumer that needs another
 layout gets a **redistribution**, built as explicit ops on the parts: every region a cluster
 needs is cut where it lies (``strided_slice`` on the sender) and assembled where it is needed
@@ -709,11 +710,11 @@ class _Distributor:
 
     def _follow_slice(self, var: relax.Var, call: relax.Call, data: relax.Expr
                       ) -> _Sharded | _Tiled | None:
-        """A strided slice of a sharded or tiled value (every other pixel, read by a strided
-        1x1 conv: SliceStridedConvs): each part slices its own elements where it lies, a part
-        along a sliced axis keeping its own terms of the progression (parts left with none
-        drop out). None, to gather it, for a slice along a tiled value's channels or a partial
-        sum."""
+        """A strided slice of a sharded or tiled value (the pixels a strided 1x1 conv reads:
+        SliceStridedConvs; an LSTM's gates): each part slices its own elements where it lies, a
+        part along a sliced axis keeping its own terms of the progression (parts left with none
+        drop out). None, to gather it, for a slice along a tiled value's channels, of a partial
+        sum, or with no terms."""
         slices = _slice_spec(call, len(_shape(data)))
         layout = self.layout.get(data)
         if slices is None or not isinstance(layout, (_Sharded, _Tiled)):
@@ -745,6 +746,8 @@ class _Distributor:
             kept = [(done, c) for part, c, span in zip(layout.parts, layout.clusters,
                                                        layout.bounds, strict=True)
                     if (done := piece(part, c, span)) is not None]
+            if not kept:
+                return None
             return _Sharded(cut, tuple(out for (_, out), _ in kept),
                             tuple(p for (p, _), _ in kept), tuple(c for _, c in kept))
         n = len(layout.channels)
@@ -757,6 +760,8 @@ class _Distributor:
             rows.append(done[0][1])
             parts += [p for p, _ in done]
             clusters += layout.clusters[i * n:i * n + n]
+        if not rows:
+            return None
         return dataclasses.replace(layout, rows=tuple(rows), parts=tuple(parts),
                                    clusters=tuple(clusters))
 
