@@ -35,10 +35,10 @@ class SliceStridedConvs:
         return rewrite_calls(mod, _CONV2D, _sliced_conv)
 
 
-def _sliced_axes(call: relax.Call) -> list[tuple[int, int, int]]:
-    """``(data axis, extent, stride)`` of each spatial axis along which ``conv2d`` call
-    ``call`` reads only every stride-th pixel (kernel extent 1, stride > 1, no padding); empty
-    when its shapes are not static."""
+def _sliced_axes(call: relax.Call) -> list[tuple[int, int, int, int]]:
+    """``(stride index, data axis, extent, stride)`` of each spatial axis along which
+    ``conv2d`` call ``call`` reads only every stride-th pixel (kernel extent 1, stride > 1, no
+    padding); empty when its shapes are not static."""
     attrs = call.attrs
     data_shape = getattr(call.args[0].ty, "shape", None)
     kernel_shape = getattr(call.args[1].ty, "shape", None)
@@ -53,7 +53,7 @@ def _sliced_axes(call: relax.Call) -> list[tuple[int, int, int]]:
         extent = int(kernel_shape[kernel_layout.index(dim)])
         if extent == 1 and stride > 1 and pads[i] == pads[i + 2] == 0:
             axis = data_layout.index(dim)
-            axes.append((axis, int(data_shape[axis]), stride))
+            axes.append((i, axis, int(data_shape[axis]), stride))
     return axes
 
 
@@ -62,9 +62,9 @@ def _sliced_conv(call: relax.Call) -> relax.Expr | None:
     if not axes:
         return None
     sliced = relax.op.strided_slice(
-        call.args[0], axes=[a for a, _, _ in axes], begin=[0] * len(axes),
-        end=[extent for _, extent, _ in axes], strides=[s for _, _, s in axes])
-    layout = str(call.attrs.data_layout)
-    strides = [1 if layout.index(dim) in [a for a, _, _ in axes] else int(stride)
-               for dim, stride in zip("HW", call.attrs.strides, strict=True)]
+        call.args[0], axes=[axis for _, axis, _, _ in axes], begin=[0] * len(axes),
+        end=[extent for _, _, extent, _ in axes], strides=[s for _, _, _, s in axes])
+    strides = [int(s) for s in call.attrs.strides]
+    for i, _, _, _ in axes:
+        strides[i] = 1
     return conv2d_like(call, sliced, call.args[1], strides=strides)
