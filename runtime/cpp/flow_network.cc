@@ -93,9 +93,12 @@ class FlowNetwork : public NetworkModel {
 
   double NextEventTime() final {
     if (rates_stale_) ComputeMaxMinRates();
-    double next = std::numeric_limits<double>::infinity();
-    for (int64_t f : active_) next = std::min(next, now_ + remaining_[f] / rate_[f]);
-    return next;
+    if (next_stale_) {
+      next_stale_ = false;
+      next_event_ = std::numeric_limits<double>::infinity();
+      for (int64_t f : active_) next_event_ = std::min(next_event_, now_ + remaining_[f] / rate_[f]);
+    }
+    return next_event_;
   }
 
   void AdvanceTo(double t, std::vector<Delivery>* delivered) final {
@@ -104,6 +107,7 @@ class FlowNetwork : public NetworkModel {
     double previous = now_;
     double dt = t - previous;
     now_ = t;
+    next_stale_ = true;
     size_t kept = 0;
     for (int64_t f : active_) {
       double finish = previous + remaining_[f] / rate_[f];
@@ -162,23 +166,31 @@ class FlowNetwork : public NetworkModel {
   // unfixed flows; their bandwidth is taken off every link they cross; repeat.
   void ComputeMaxMinRates() {
     rates_stale_ = false;
+    next_stale_ = true;
+    live_links_.clear();
     for (int64_t link : active_links_) {
       link_capacity_left_[link] = spec_.link_bandwidth[link];
       link_unfrozen_[link] = static_cast<int64_t>(link_flows_[link].size());
+      live_links_.push_back(link);
     }
     for (int64_t f : active_) frozen_[f] = false;
     size_t unfrozen = active_.size();
     while (unfrozen > 0) {
+      // The first link (in order of activation) with the smallest share; links with every
+      // flow fixed drop out of the list, in order.
       int64_t bottleneck = -1;
       double share = std::numeric_limits<double>::infinity();
-      for (int64_t link : active_links_) {
+      size_t kept = 0;
+      for (int64_t link : live_links_) {
         if (link_unfrozen_[link] == 0) continue;
+        live_links_[kept++] = link;
         double link_share = link_capacity_left_[link] / link_unfrozen_[link];
         if (link_share < share) {
           share = link_share;
           bottleneck = link;
         }
       }
+      live_links_.resize(kept);
       TVM_FFI_ICHECK(bottleneck >= 0 && share > 0.0)
           << "max-min fair sharing found no positive share for " << unfrozen << " flows";
       for (int64_t f : link_flows_[bottleneck]) {
@@ -203,6 +215,8 @@ class FlowNetwork : public NetworkModel {
   std::unordered_map<int64_t, double> multicast_done_;
   double now_ = 0.0;
   bool rates_stale_ = false;
+  bool next_stale_ = true;    // next_event_ needs recomputing (rates or time changed)
+  double next_event_ = 0.0;
   std::vector<int64_t> active_;
   std::vector<double> remaining_;
   std::vector<double> rate_;
@@ -213,6 +227,7 @@ class FlowNetwork : public NetworkModel {
   std::vector<double> link_busy_;
   std::vector<double> link_capacity_left_;
   std::vector<int64_t> link_unfrozen_;
+  std::vector<int64_t> live_links_;  // filling: active links with flows not yet fixed
 };
 
 }  // namespace
