@@ -53,6 +53,34 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+_COPY_BUFFER = 1 << 20
+"""Bytes per read when a member streams into the artifact's tar."""
+
+
+class _HashingReader:
+    """A binary file read through, its SHA-256 updated with every byte read."""
+
+    def __init__(self, handle) -> None:
+        self._handle = handle
+        self._hash = hashlib.sha256()
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._handle.read(size)
+        self._hash.update(data)
+        return data
+
+    def hexdigest(self) -> str:
+        return self._hash.hexdigest()
+
+
+def _member(name: str, size: int) -> tarfile.TarInfo:
+    """A tar member header: ``name``, ``size`` bytes, mtime 0 (artifacts differ only in content)."""
+    info = tarfile.TarInfo(name)
+    info.size = size
+    info.mtime = 0
+    return info
+
+
 @dataclass(frozen=True)
 class InputSpec:
     """Name, static shape and dtype of one model input, as the artifact records it."""
@@ -128,22 +156,26 @@ class ChipletModule:
         with tempfile.TemporaryDirectory(prefix="chiplet-export-") as work:
             lib_path = os.path.join(work, "lib.so")
             self.executable.export_library(lib_path)
-            with open(lib_path, "rb") as handle:
-                payload = {"lib.so": handle.read()}
-            payload["plan.json"] = json.dumps(self.plan, indent=1, sort_keys=True).encode()
-            payload["system.json"] = json.dumps(self.system.to_dict(), indent=1).encode()
-            payload["routes.json"] = json.dumps(self.routing.to_dict()).encode()
-            meta = self.metadata
-            meta["checksums"] = {name: _sha256(data) for name, data in payload.items()}
-            payload["metadata.json"] = json.dumps(meta, indent=1, sort_keys=True).encode()
+            payload = {
+                "plan.json": json.dumps(self.plan, indent=1, sort_keys=True).encode(),
+                "system.json": json.dumps(self.system.to_dict(), indent=1).encode(),
+                "routes.json": json.dumps(self.routing.to_dict()).encode(),
+            }
 
             def write_tar(tmp_path: str) -> None:
-                with tarfile.open(tmp_path, mode="w") as tar:
-                    for name in ("metadata.json", *MEMBERS):
-                        info = tarfile.TarInfo(name)
-                        info.size = len(payload[name])
-                        info.mtime = 0
-                        tar.addfile(info, io.BytesIO(payload[name]))
+                # The library (the weights: hundreds of MB) streams from its file into the tar
+                # and is hashed on the way; metadata.json, with the checksums, comes last.
+                checksums = {name: _sha256(data) for name, data in payload.items()}
+                with tarfile.open(tmp_path, mode="w", copybufsize=_COPY_BUFFER) as tar, \
+                        open(lib_path, "rb") as handle:
+                    library = _HashingReader(handle)
+                    tar.addfile(_member("lib.so", os.path.getsize(lib_path)), library)
+                    checksums["lib.so"] = library.hexdigest()
+                    meta = self.metadata
+                    meta["checksums"] = checksums
+                    payload["metadata.json"] = json.dumps(meta, indent=1, sort_keys=True).encode()
+                    for name in (*MEMBERS[1:], "metadata.json"):
+                        tar.addfile(_member(name, len(payload[name])), io.BytesIO(payload[name]))
 
             atomic_write(path, write_tar)
         self.path = path

@@ -7,6 +7,7 @@ builds it, and the plan is described for the artifact and estimated against the 
 
 from __future__ import annotations
 
+import concurrent.futures
 import copy
 import dataclasses
 import json
@@ -364,12 +365,6 @@ def build(
     with tvm.transform.PassContext(opt_level=3, instruments=instruments):
         partitioned = passes(mod)
     plan_time = time.perf_counter() - started
-    if progress:
-        progress("tvm.compile ...")
-    compiling = time.perf_counter()
-    executable = tvm.compile(partitioned, target=chiplet_target.tvm_target)
-    if progress:
-        progress(f"tvm.compile done in {time.perf_counter() - compiling:.1f} s")
     strategy_name = strategy if isinstance(strategy, str) else getattr(strategy, "name", "custom")
     placement = None
     if partitioned.attrs is not None and ATTR_PLACEMENT in partitioned.attrs:
@@ -400,8 +395,17 @@ def build(
     cost = plan_cost(plan, chiplet_target.system, routing)
     plan["cost_estimate"] = {**cost.to_dict(), "cycles": {
         str(batches): cost.cycles(batches) for batches in ESTIMATE_BATCHES}}
-    plan["estimate"] = estimate_plan(plan, chiplet_target.system, graph=model_graph,
-                                     routing=routing)
+    # The plan's simulation (C++, outside the GIL) runs beside tvm.compile.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        estimate = pool.submit(estimate_plan, plan, chiplet_target.system, graph=model_graph,
+                               routing=routing)
+        if progress:
+            progress("tvm.compile ...")
+        compiling = time.perf_counter()
+        executable = tvm.compile(partitioned, target=chiplet_target.tvm_target)
+        if progress:
+            progress(f"tvm.compile done in {time.perf_counter() - compiling:.1f} s")
+        plan["estimate"] = estimate.result()
     plan["compile_seconds"] = {
         "plan": plan_time,
         "total": time.perf_counter() - started,
