@@ -81,12 +81,20 @@ class FlowNetwork : public NetworkModel {
     }
     remaining_[flow] = spec_.message_bytes[m];
     active_.push_back(flow);
+    bool alone = true;
     for (int64_t link : flow_links_[leader]) {
       if (link_flows_[link].empty()) {
         link_since_[link] = now;
         active_links_.push_back(link);
+      } else {
+        alone = false;
       }
       link_flows_[link].push_back(flow);
+    }
+    if (alone) {
+      alone_.push_back(flow);
+    } else {
+      shared_change_ = true;
     }
     rates_stale_ = true;
   }
@@ -150,7 +158,9 @@ class FlowNetwork : public NetworkModel {
           break;
         }
       }
-      if (flows.empty()) {
+      if (!flows.empty()) {
+        shared_change_ = true;  // the flows left on the link may speed up
+      } else {
         link_busy_[link] += t - link_since_[link];
         for (size_t k = 0; k < active_links_.size(); ++k) {
           if (active_links_[k] == link) {
@@ -164,9 +174,26 @@ class FlowNetwork : public NetworkModel {
 
   // Progressive filling: the link with the smallest fair share fixes the rate of all its
   // unfixed flows; their bandwidth is taken off every link they cross; repeat.
+  //
+  // When every change since the last filling is a flow alone on all its links (started, or
+  // finished), no other flow's rate changes, and a new flow alone gets its slowest link's
+  // bandwidth: the share the filling would give it, to the last bit.
   void ComputeMaxMinRates() {
     rates_stale_ = false;
     next_stale_ = true;
+    if (!shared_change_) {
+      for (int64_t f : alone_) {
+        double rate = std::numeric_limits<double>::infinity();
+        for (int64_t link : flow_links_[f % spec_.num_messages]) {
+          rate = std::min(rate, spec_.link_bandwidth[link]);
+        }
+        rate_[f] = rate;
+      }
+      alone_.clear();
+      return;
+    }
+    shared_change_ = false;
+    alone_.clear();
     live_links_.clear();
     for (int64_t link : active_links_) {
       link_capacity_left_[link] = spec_.link_bandwidth[link];
@@ -215,7 +242,9 @@ class FlowNetwork : public NetworkModel {
   std::unordered_map<int64_t, double> multicast_done_;
   double now_ = 0.0;
   bool rates_stale_ = false;
-  bool next_stale_ = true;    // next_event_ needs recomputing (rates or time changed)
+  bool next_stale_ = true;     // next_event_ needs recomputing (rates or time changed)
+  bool shared_change_ = false;  // a flow sharing a link started or finished since the filling
+  std::vector<int64_t> alone_;  // flows started since the filling alone on all their links
   double next_event_ = 0.0;
   std::vector<int64_t> active_;
   std::vector<double> remaining_;
