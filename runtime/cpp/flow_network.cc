@@ -104,7 +104,9 @@ class FlowNetwork : public NetworkModel {
     if (next_stale_) {
       next_stale_ = false;
       next_event_ = std::numeric_limits<double>::infinity();
-      for (int64_t f : active_) next_event_ = std::min(next_event_, now_ + remaining_[f] / rate_[f]);
+      for (int64_t f : active_) {
+        next_event_ = std::min(next_event_, now_ + remaining_[f] / rate_[f]);
+      }
     }
     return next_event_;
   }
