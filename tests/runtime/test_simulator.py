@@ -220,6 +220,20 @@ def test_flow_model_gives_bandwidth_left_by_a_bottlenecked_flow_to_others(run):
     np.testing.assert_allclose(result.message_arrival[0], [10.0, 10.0])
 
 
+
+@BOTH_SIMULATORS
+def test_flow_model_leaves_shared_links_alone_when_a_transfer_runs_on_free_ones(run):
+    tasks = [SimTask("a", 0, 0.0), SimTask("b", 1, 0.0), SimTask("c", 2, 4.0),
+             SimTask("d", 3, 0.0)]
+    # Messages 0 and 1 share link 0 as in the survivor test; message 2 starts at 4 cycles on
+    # links 1 and 2, which nothing else uses: 3 B/cycle (its slower link) from 4 to 14, and
+    # neither its start nor its end changes the others' rates.
+    messages = [SimMessage(0, 3, 40, route=[0]), SimMessage(1, 3, 120, route=[0]),
+                SimMessage(2, 3, 30, route=[1, 2])]
+    result = run(tasks, messages, [10.0, 6.0, 3.0], [0.0, 0.0, 0.0], num_clusters=4,
+                 network="flow")
+    np.testing.assert_allclose(result.message_arrival[0], [8.0, 16.0, 14.0])
+
 def _broadcast_down_a_line(multicast):
     """Task 0 on cluster 0 sends 100 B to clusters 1, 2 and 3 down the line 0 -> 1 -> 2 -> 3."""
     tasks = [SimTask("send", 0, 10.0)] + [SimTask(f"get{c}", c, 1.0) for c in (1, 2, 3)]
