@@ -173,9 +173,10 @@ class ChipletModule:
                     checksums["lib.so"] = library.hexdigest()
                     meta = self.metadata
                     meta["checksums"] = checksums
-                    payload["metadata.json"] = json.dumps(meta, indent=1, sort_keys=True).encode()
-                    for name in (*MEMBERS[1:], "metadata.json"):
-                        tar.addfile(_member(name, len(payload[name])), io.BytesIO(payload[name]))
+                    members = {**payload,
+                               "metadata.json": json.dumps(meta, indent=1, sort_keys=True).encode()}
+                    for name, data in members.items():
+                        tar.addfile(_member(name, len(data)), io.BytesIO(data))
 
             atomic_write(path, write_tar)
         self.path = path

@@ -220,7 +220,6 @@ def test_flow_model_gives_bandwidth_left_by_a_bottlenecked_flow_to_others(run):
     np.testing.assert_allclose(result.message_arrival[0], [10.0, 10.0])
 
 
-
 @BOTH_SIMULATORS
 def test_flow_model_leaves_shared_links_alone_when_a_transfer_runs_on_free_ones(run):
     tasks = [SimTask("a", 0, 0.0), SimTask("b", 1, 0.0), SimTask("c", 2, 4.0),
@@ -233,6 +232,7 @@ def test_flow_model_leaves_shared_links_alone_when_a_transfer_runs_on_free_ones(
     result = run(tasks, messages, [10.0, 6.0, 3.0], [0.0, 0.0, 0.0], num_clusters=4,
                  network="flow")
     np.testing.assert_allclose(result.message_arrival[0], [8.0, 16.0, 14.0])
+
 
 def _broadcast_down_a_line(multicast):
     """Task 0 on cluster 0 sends 100 B to clusters 1, 2 and 3 down the line 0 -> 1 -> 2 -> 3."""
