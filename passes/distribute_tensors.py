@@ -64,7 +64,7 @@ from tvm_chiplet.passes.analysis.batch_axis import ELEMENTWISE_OPS
 from tvm_chiplet.passes.attrs import ATTR_IN_PLACE
 from tvm_chiplet.passes.fold_constant_calls import FoldConstantCalls
 from tvm_chiplet.passes.legalize_once import LegalizeOnce
-from tvm_chiplet.passes.planners.placement import PlanningError, tiles_by
+from tvm_chiplet.passes.planners.placement import PlanningError, blocks_by, tiles_by
 from tvm_chiplet.passes.reduce_graph import ReduceGraph
 from tvm_chiplet.passes.split_operators import (
     AnchorInfo,
@@ -1096,6 +1096,8 @@ class _Distributor:
     # -- anchors -------------------------------------------------------------------------------
 
     def _anchor(self, var: relax.Var, call: relax.Call, dim: str, clusters: tuple[int, ...]):
+        if blocks_by(dim) is not None:
+            return self._blocks(var, call, blocks_by(dim), clusters)
         by = tiles_by(dim)
         conv = call.op.same_as(_CONV2D)
         part = self._conv2d_part if conv else self._matmul_part
@@ -1125,6 +1127,76 @@ class _Distributor:
             axis = {"batch": 0, "rows": len(out) - (1 if len(b_shape) == 1 else 2),
                     "cols": len(out) - 1}[dim]
         return _Sharded(axis, bounds, tuple(parts), clusters)
+
+    def _blocks(self, var: relax.Var, call: relax.Call, by: int, clusters: tuple[int, ...]
+                ) -> _Sharded:
+        """A :data:`~.placement.BLOCKS` split: each part multiplies its input-channel group by
+        its block of the weights, and each output slice's partial sums are reduce-scattered
+        among the parts that made them (around a ring where that is cheaper), so the output
+        is sharded along the channels, slice by slice. The parts take their groups in the
+        orientation that finds more of the input where they are: an output of another such
+        split lies transposed (each slice's pieces on its parts, one group apart), and the
+        next split reads it with its groups across them."""
+        conv = call.op.same_as(_CONV2D)
+        data, weight = call.args
+        k, n = len(clusters), by
+        m = k // n
+        out = _shape(var)
+        w_rank = len(_shape(weight))
+        in_axis = 1 if conv else len(_shape(data)) - 1
+        w_in, w_out = (1, 0) if conv else (w_rank - 2, w_rank - 1)
+        axis = 1 if conv else len(out) - 1
+        groups = even_bounds(_anchor_size(call, "in_channels" if conv else "reduction"), m)
+        slices = even_bounds(out[axis], n)
+        block = self._block_order(data, in_axis, groups, n, clusters)
+        parts: dict[int, list[relax.Var]] = {s: [] for s in range(n)}
+        owners: dict[int, list[int]] = {s: [] for s in range(n)}
+        for p, c in enumerate(clusters):
+            g, s = block(p)
+            x = self.region(data, in_axis, *groups[g], c)
+            w = self._operand_box(weight, w_rank, {w_in: groups[g], w_out: slices[s]}, c)
+            value = conv2d_like(call, x, w) if conv else relax.Call(call.op, [x, w], call.attrs)
+            parts[s].append(self.emit(value, f"{var.name}_p{p}", c))
+            owners[s].append(c)
+        bounds, pieces, holders = [], [], []
+        for s, (begin, end) in enumerate(slices):
+            members = tuple(owners[s])
+            cuts = tuple(even_bounds(end - begin, min(m, end - begin)))
+            ring = self._ring(members) if len(cuts) == m else None
+            partial = _Partial(tuple(parts[s]), members)
+            if ring is not None:
+                pieces += self._ring_sums(partial, axis, cuts, ring, var.name)
+            else:
+                pieces += [self._sum([self.use(self._cut(part, {axis: cut}, f"{var.name}_cut", c),
+                                               dst) for part, c in zip(partial.parts, members,
+                                                                       strict=True)],
+                                     var.name, dst)
+                           for cut, dst in zip(cuts, members, strict=False)]
+            bounds += [(begin + b, begin + e) for b, e in cuts]
+            holders += members[:len(cuts)]
+        return _Sharded(axis, tuple(bounds), tuple(pieces), tuple(holders))
+
+    def _block_order(self, data: relax.Expr, axis: int, groups: list[tuple[int, int]],
+                     n: int, clusters: tuple[int, ...]):
+        """``p -> (group, slice)`` of a blocks split's parts: ``(p // n, p % n)``, or
+        transposed ``(p % m, p // m)`` when that finds more of each part's input-channel
+        group on its own cluster (the input sharded along ``axis``)."""
+        m = len(groups)
+        orders = ((lambda p: (p // n, p % n)), (lambda p: (p % m, p // m)))
+        value = self.resolve(data)
+        layout = self.layout.get(value) if isinstance(value, relax.Var) else None
+        if not isinstance(layout, _Sharded) or layout.axis != axis:
+            return orders[0]
+        held = dict(zip(layout.clusters, layout.bounds, strict=True))
+
+        def local(order) -> int:
+            total = 0
+            for p, c in enumerate(clusters):
+                (lo, hi), (b, e) = groups[order(p)[0]], held.get(c, (0, 0))
+                total += max(0, min(hi, e) - max(lo, b))
+            return total
+
+        return max(orders, key=local)
 
     def _conv2d_part(self, call: relax.Call, dim: str, b: int, e: int, c: int,
                      channels: tuple[int, int] | None = None) -> relax.Expr:

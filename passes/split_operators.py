@@ -13,6 +13,8 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm_chiplet.passes.planners.placement import (
     REDUCTION_DIMS,
     PlanningError,
+    block_dims,
+    blocks_by,
     tile_channels,
     tiles_by,
 )
@@ -201,6 +203,28 @@ def check_split(split: AnchorSplit, anchors: list[AnchorInfo]) -> None:
                 f"anchor {split.anchor} ({info.op}) has {info.dims['rows']} rows and "
                 f"{info.dims[channels]} {channels.replace('_', ' ')}, so it cannot be split "
                 f"into {bands} row bands of {by} slices")
+        return
+    by = blocks_by(split.dim)
+    if by is not None:
+        pair = block_dims(info.dims)
+        if pair is None:
+            raise PlanningError(
+                f"anchor {split.anchor} ({info.op}, output {list(info.output_shape)}) cannot be "
+                f"split along {split.dim!r}: a blocks split cuts the weights of a plain conv2d "
+                "or of a matmul with weights along input and output channels (reduction and "
+                "columns); legal dims here: " + ", ".join(info.dims))
+        groups = split.parts // by
+        if split.parts % by or groups < 2:
+            raise PlanningError(
+                f"anchor {split.anchor} ({info.op}): a {split.dim} split needs a multiple of "
+                f"{by} parts, at least {2 * by} (two input-channel groups or more), not "
+                f"{split.parts}")
+        if by > info.dims[pair[1]] or groups > info.dims[pair[0]]:
+            raise PlanningError(
+                f"anchor {split.anchor} ({info.op}) has {info.dims[pair[0]]} "
+                f"{pair[0].replace('_', ' ')} and {info.dims[pair[1]]} "
+                f"{pair[1].replace('_', ' ')}, so it cannot be split into {groups} groups of "
+                f"{by} slices")
         return
     if split.dim not in info.dims:
         legal = ", ".join(info.dims) or "none (unsupported layout or symbolic shapes)"

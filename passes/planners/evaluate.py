@@ -10,6 +10,7 @@ from tvm_chiplet.passes.planners.placement import (
     OpSplit,
     Placement,
     PlanningError,
+    blocks_by,
     part_bytes,
     tiles_by,
 )
@@ -74,11 +75,12 @@ def _split_items(items: list[WorkItem], op, split: OpSplit, deps: list[tuple[int
                  home: int) -> int:
     """Append the parts and the combine item of a split op; return the combine item's index."""
     k = split.parts
-    reduction = split.dim in REDUCTION_DIMS
+    reduction = split.dim in REDUCTION_DIMS or blocks_by(split.dim) is not None
     part_in, part_out, weights = part_bytes(op.input_bytes, op.output_bytes, op.weight_bytes,
                                             split.dim, k)
     reads_all = split.dim in WEIGHT_DIMS and not reduction
-    share = 1.0 if reads_all else (tiles_by(split.dim) or 1) / k  # of each input read
+    by = tiles_by(split.dim) or blocks_by(split.dim) or 1
+    share = 1.0 if reads_all else by / k  # of each input read
     parts = []
     for p, cluster in enumerate(split.clusters):
         parts.append(len(items))

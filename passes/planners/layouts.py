@@ -52,6 +52,7 @@ from tvm_chiplet.passes.planners.base import PlanningProblem
 from tvm_chiplet.passes.planners.placement import (
     REDUCTION_DIMS,
     PlanningError,
+    blocks_by,
     depthwise,
     part_bytes,
     tiles_by,
@@ -309,26 +310,30 @@ class _Group:
         self.latency = max((topology.route_latency(origin, m) for m in members[1:]),
                            default=0.0)
         self._topology = topology
-        self._bands: dict[int, tuple[float, float]] = {}
+        self._bands: dict[tuple[int, bool], tuple[float, float]] = {}
 
-    def band_gather(self, by: int) -> tuple[float, float]:
+    def band_gather(self, by: int, across: bool = False) -> tuple[float, float]:
         """(cycles per byte of the value, latency) of every run of ``by`` consecutive members
-        (a row band of a 2-D split) gathering its band, all at once: each member receives the
-        ``by - 1`` other slices of its band, ``1 / size`` of the value each, around a ring of
-        the band where that loads links less, else sent directly."""
-        if by not in self._bands:
+        (a row band of a 2-D split, an input-channel group of a blocks split) gathering its
+        band, all at once: each member receives the ``by - 1`` other slices of its band,
+        ``1 / size`` of the value each, around a ring of the band where that loads links less,
+        else sent directly. ``across``: the bands are the members ``by`` apart instead
+        (``size / by`` of them in each band: a blocks split's output slices, reduce-scattered
+        among their parts, each sending as much)."""
+        if (by, across) not in self._bands:
             topology, system = self._topology, self._topology.system
             loads: Counter = Counter()
             latency = 0.0
-            for start in range(0, self.size, by):
-                band = self.members[start:start + by]
+            bands = ([self.members[start::by] for start in range(by)] if across else
+                     [self.members[start:start + by] for start in range(0, self.size, by)])
+            for band in bands:
                 ring = collectives.gather_ring(topology, band)
                 loads.update(collectives.ring_load(topology, ring) if ring
                              else collectives.direct_load(topology, band))
                 latency = max([latency] + [topology.route_latency(band[0], m) for m in band[1:]])
             worst = max((n / link_rate(system, link) for link, n in loads.items()), default=0.0)
-            self._bands[by] = (worst / self.size, latency)
-        return self._bands[by]
+            self._bands[by, across] = (worst / self.size, latency)
+        return self._bands[by, across]
 
 
 class LayoutCosts:
@@ -428,21 +433,27 @@ class LayoutCosts:
         k = big.size
         if need.kind == "replicated" and src.kind == "replicated" and src.group >= need.group:
             return 0.0, 0.0
-        if need.kind == "banded":
+        if need.kind == "banded":  # row bands (a 2-D split), channel groups (a blocks split)
             bands = big.size // need.by
-            if src.kind == "banded" and (src.group, src.by) == (need.group, need.by):
+            if src.kind == "banded" and src == need:
                 return 0.0, 0.0
-            if src.kind == "tiled" and (src.group, src.by) == (need.group, need.by):
+            if (src.kind == "tiled" and need.axis == "rows"
+                    and (src.group, src.by) == (need.group, need.by)):
                 # Each band's slices gathered among its members (CostWalk.step adds the halo's
                 # rows to the bytes).
                 return self.groups[need.group].band_gather(need.by)
-            if src.kind == "sharded" and src.axis == "rows" and src.group == need.group:
+            if src.kind == "sharded" and src.axis == need.axis and src.group == need.group:
                 return self.groups[need.group].band_gather(need.by)
             # Otherwise each member needs its band: a replicated value's share.
             per_byte, latency = self._collective(src, Layout("replicated", need.group))
             return per_byte / bands, latency
-        if src.kind == "banded":  # each band whole on its members: as a row-sharded value
-            src = Layout("sharded", src.group, "rows")
+        if src.kind == "banded":  # each band whole on its members: as a sharded value
+            src = Layout("sharded", src.group, src.axis)
+        if src.kind == "partial" and src.by and need == Layout("sharded", src.group, "channels"):
+            # A blocks split's slices, each reduce-scattered among its parts (members by
+            # apart): each part receives a piece of 1 / size of the value from each of the
+            # others.
+            return self.groups[src.group].band_gather(src.by, across=True)
         if (src.kind == "tiled" and need.kind == "sharded" and need.axis == "channels"
                 and need.group == self.prefix(src.group, src.by)):
             # Each slice gathered from every band on its member of the first band: those
@@ -713,8 +724,17 @@ class CostWalk:
                 dim, group = chosen
                 parts = costs.groups[group].size
                 by = tiles_by(dim)
+                blocks = blocks_by(dim)
                 axis = AXIS_OF_DIM.get(dim, "")
-                if by is not None:
+                if blocks is not None:
+                    # Each part reads its input-channel group, shared by the group's parts,
+                    # and each output slice's partial sums are reduce-scattered among its
+                    # parts.
+                    need = Layout("banded", group, "channels", blocks)
+                    out = Layout("sharded", group, "channels")
+                    moves.append((op_id, Layout("partial", group, "channels", blocks), out,
+                                  op.output_bytes))
+                elif by is not None:
                     out = Layout("tiled", group, "tiles", by)
                     # A depthwise conv's tile reads its own channels of its band (and the
                     # halo); a plain conv's every channel of its band.

@@ -37,13 +37,47 @@ cluster; against an output-channel split, ``n / k`` of the input. A depthwise co
 only its own channels of the band: after another 2-D split, its own tile and the halo."""
 
 
+BLOCKS = "blocks"
+"""A 2-D split of a conv2d's or a matmul's weights: ``"blocks/n"`` cuts its input channels (a
+matmul's reduction) into ``k / n`` groups and its output channels (columns) into ``n`` slices,
+part ``p`` holding the block of group ``p // n`` and slice ``p % n`` (or, transposed, group
+``p % (k / n)`` and slice ``p // (k / n)``, as DistributeTensors picks to read its input where
+it lies). A part reads ``n / k`` of the input (its group's channels, which its group's ``n``
+parts share) and holds ``1 / k`` of the weights; each slice's ``k / n`` partial sums are
+reduce-scattered among the parts that made them, leaving the output sharded along the channels
+over all ``k``. Against an output-channel split over ``k``, each part reads ``n / k`` of the
+input instead of all of it, for a reduce-scatter of ``1 / n`` of the output inside each slice
+(SUMMA's 2-D matrix products, as Megatron's 2-D and Alpa's 2-D mesh shardings make them)."""
+
+
+def _by(dim: str | None, kind: str) -> int | None:
+    if dim is None or not dim.startswith(kind + "/"):
+        return None
+    by = dim[len(kind) + 1:]
+    return int(by) if by.isdigit() else None
+
+
 def tiles_by(dim: str | None) -> int | None:
     """``n`` of a ``"tiles/n"`` split dimension (output-channel slices per row band), else
     None."""
-    if dim is None or not dim.startswith(TILES + "/"):
-        return None
-    by = dim[len(TILES) + 1:]
-    return int(by) if by.isdigit() else None
+    return _by(dim, TILES)
+
+
+def blocks_by(dim: str | None) -> int | None:
+    """``n`` of a ``"blocks/n"`` split dimension (output-channel slices per input-channel
+    group), else None."""
+    return _by(dim, BLOCKS)
+
+
+def block_dims(dims) -> tuple[str, str] | None:
+    """The (input, output) dimensions a :data:`BLOCKS` split of an op with split dimensions
+    ``dims`` cuts its weights along: a plain conv2d's input and output channels, a matmul's
+    reduction and columns; None when it has no such pair (a depthwise conv, a matmul without
+    weights)."""
+    for pair in (("in_channels", "out_channels"), ("reduction", "cols")):
+        if all(dim in dims for dim in pair):
+            return pair
+    return None
 
 
 def tile_channels(dims) -> str | None:
@@ -72,6 +106,12 @@ def tiles_dim(by: int) -> str:
     return f"{TILES}/{by}"
 
 
+def blocks_dim(by: int) -> str:
+    """The split dimension of a :data:`BLOCKS` split with ``by`` output-channel slices per
+    input-channel group."""
+    return f"{BLOCKS}/{by}"
+
+
 def part_bytes(input_bytes: float, output_bytes: float, weight_bytes: float, dim: str | None,
                parts: int) -> tuple[float, float, float]:
     """``(input, output, weight)`` bytes of one of ``parts`` parts of an op split along ``dim``.
@@ -84,6 +124,9 @@ def part_bytes(input_bytes: float, output_bytes: float, weight_bytes: float, dim
     by = tiles_by(dim)
     if by is not None:  # a band of the input (its halo left out), 1 / by of the weights
         return input_bytes * by / parts, output_bytes / parts, weight_bytes / by
+    by = blocks_by(dim)
+    if by is not None:  # a channel group of the input, a slice's partial sum, 1 / k weights
+        return input_bytes * by / parts, output_bytes / by, weight_bytes / parts
     reduction = dim in REDUCTION_DIMS
     weights = weight_bytes / parts if dim in WEIGHT_DIMS else weight_bytes
     reads_all = dim in WEIGHT_DIMS and not reduction
@@ -107,10 +150,12 @@ class OpSplit:
     def __post_init__(self) -> None:
         known = {d for dims in SPLIT_DIMS.values() for d in dims}
         by = tiles_by(self.dim)
-        if self.dim not in known and by is None:
-            raise PlanningError(f"unknown split dim {self.dim!r}; valid: {sorted(known)} "
-                                f"and {TILES}/n (n output-channel or column slices per row "
-                                "band)")
+        blocks = blocks_by(self.dim)
+        if self.dim not in known and by is None and blocks is None:
+            raise PlanningError(f"unknown split dim {self.dim!r}; valid: {sorted(known)}, "
+                                f"{TILES}/n (n output-channel or column slices per row "
+                                f"band) and {BLOCKS}/n (n output-channel or column slices per "
+                                "input-channel or reduction group)")
         if len(self.clusters) < 2:
             raise PlanningError(f"a split of op {self.op_id} needs >= 2 parts, "
                                 f"got clusters {list(self.clusters)}")
@@ -119,6 +164,12 @@ class OpSplit:
                 f"a {self.dim} split of op {self.op_id} over {len(self.clusters)} clusters "
                 f"needs at least 2 row bands of {by} clusters each: give a multiple of {by} "
                 "clusters, at least twice as many")
+        if blocks is not None and (blocks < 2 or len(self.clusters) % blocks
+                                   or len(self.clusters) == blocks):
+            raise PlanningError(
+                f"a {self.dim} split of op {self.op_id} over {len(self.clusters)} clusters "
+                f"needs at least 2 input-channel groups of {blocks} clusters each: give a "
+                f"multiple of {blocks} clusters, at least twice as many")
 
     @property
     def parts(self) -> int:

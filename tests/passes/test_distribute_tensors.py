@@ -266,6 +266,9 @@ def test_a_matmul_of_activations_does_not_follow_an_operand_sharded_on_its_reduc
     (DistributedSplit(0, "out_channels", tuple(range(17))), r"17"),
     (DistributedSplit(0, "tiles/3", (0, 1, 2, 3)), r"anchor 0 .*tiles/3.*multiple of 3"),
     (DistributedSplit(1, "tiles/2", tuple(range(26))), r"anchor 1 .*12 rows.*13 row bands"),
+    (DistributedSplit(0, "blocks/3", (0, 1, 2, 3)), r"anchor 0 .*blocks/3.*multiple of 3"),
+    (DistributedSplit(0, "blocks/2", tuple(range(20))),
+     r"anchor 0 .*8 in channels and 16 out channels.*10 groups of 2 slices"),
 ])
 def test_bad_splits_name_the_anchor_and_the_dimension(split, message):
     with pytest.raises(PlanningError, match=message):
@@ -277,6 +280,15 @@ def test_a_2d_split_of_a_matmul_without_columns_is_refused_naming_the_anchor():
     with pytest.raises(PlanningError,
                        match=r"anchor 0 \(matmul.*'tiles/2'.*legal dims here: rows, reduction"):
         distribute_and_reduce(mod, [DistributedSplit(0, "tiles/2", (0, 1, 2, 3))])
+
+
+def test_a_blocks_split_of_a_depthwise_conv_is_refused_naming_the_anchor():
+    def depthwise(bb, x):
+        return relax.op.nn.conv2d(x, const(8, 1, 3, 3), padding=[1, 1, 1, 1], groups=8)
+
+    with pytest.raises(PlanningError, match=r"anchor 0 \(conv2d.*'blocks/2'.*legal dims here: "
+                                            r"batch, out_channels, rows"):
+        distribute_and_reduce(module(depthwise), [DistributedSplit(0, "blocks/2", (0, 1, 2, 3))])
 
 
 def test_2d_splits_of_matmuls_gather_each_band_among_its_clusters():
@@ -424,6 +436,49 @@ def test_2d_splits_meet_other_layouts_with_numerics_unchanged(first, second):
     splits = [DistributedSplit(0, first, group), DistributedSplit(1, second, (0, 1, 2, 3))]
     reduced, _ = distribute_and_reduce(mod, splits, home=0)
     check_numerics(mod, reduced, (1, 8, 12, 12))
+
+
+def test_blocks_splits_reduce_each_slice_among_its_parts_and_the_next_reads_its_groups_there():
+    mod = conv_chain()
+    group = (0, 1, 2, 3)  # two input-channel groups of two output-channel slices
+    splits = [DistributedSplit(0, "blocks/2", group), DistributedSplit(1, "blocks/2", group)]
+    reduced, clusters = split_and_check(mod, splits, (1, 8, 12, 12))
+    # The first conv's parts (group, slice) are (0, 0) (0, 1) (1, 0) (1, 1) on clusters 0-3:
+    # slice 0's partial sums (8 of 16 channels) meet on 0 and 2, each keeping 4 channels, and
+    # slice 1's on 1 and 3. The second conv takes its groups across them, (p % 2, p // 2):
+    # its group 0 (channels 0-7) on clusters 0 and 2, which hold them between them, each
+    # fetching the other's 4 channels; its slices' partial sums (4 of 8 channels) meet on 0
+    # and 1, and on 2 and 3. Cluster 0 then gathers the output. Every message is 2 or 4
+    # channels of 12 x 12 floats.
+    quarter = 4 * 12 * 12 * 4
+    pairs = [(0, 2), (2, 0), (1, 3), (3, 1)]
+    assert sorted(crossings(reduced, clusters)) == sorted(
+        [(quarter, s, d) for s, d in pairs] * 2
+        + [(quarter // 2, s, d) for s, d in [(0, 1), (1, 0), (2, 3), (3, 2)]]
+        + [(quarter // 2, s, 0) for s in (1, 2, 3)])
+
+
+@pytest.mark.parametrize("first, second, group", [
+    ("blocks/2", "out_channels", (0, 1, 2, 3)), ("out_channels", "blocks/2", (0, 1, 2, 3)),
+    ("tiles/2", "blocks/2", (0, 1, 2, 3)), ("blocks/2", "tiles/2", (0, 1, 2, 3)),
+    ("blocks/3", "blocks/2", tuple(range(6))), ("blocks/2", "in_channels", (0, 1, 2, 3)),
+    ("blocks/8", "blocks/4", tuple(range(16))),  # 8 slices of 2 channels of the first output
+])
+def test_blocks_splits_meet_other_layouts_with_numerics_unchanged(first, second, group):
+    mod = conv_chain()
+    second_group = group if second.startswith("blocks") else (0, 1, 2, 3)
+    splits = [DistributedSplit(0, first, group), DistributedSplit(1, second, second_group)]
+    split_and_check(mod, splits, (1, 8, 12, 12))
+
+
+def test_blocks_splits_of_matmuls_keep_numerics_and_move_less_than_column_splits():
+    mod = mlp()
+    group = tuple(range(8))
+    blocks = [DistributedSplit(0, "blocks/4", group), DistributedSplit(1, "blocks/4", group)]
+    columns = [DistributedSplit(0, "cols", group), DistributedSplit(1, "cols", group)]
+    moved = [sum(n for n, _, _ in crossings(*split_and_check(mod, splits, (16, 32))))
+             for splits in (blocks, columns)]
+    assert moved[0] < moved[1]
 
 
 def residual_norm():

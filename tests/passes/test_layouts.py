@@ -99,6 +99,35 @@ def test_a_2d_split_reads_its_band_gathered_among_the_band_not_the_whole_value()
     assert plan_cost(c, split) < plan_cost(c, flat)
 
 
+def test_a_blocks_split_gathers_its_input_channel_group_and_reduces_its_slice_only():
+    c = costs()  # group 4: all 16 clusters
+    choice = {op: ("blocks/4", 4) for op in (1, 2)}
+    walk = CostWalk(c, choice)
+    state = walk.start()
+    walk.advance(state, choice, stop=2)
+    out, _, parts, _, moves = walk.step(2, choice[2], state.layout)
+    assert (out, parts) == (Layout("sharded", 4, "channels"), 16)
+    (_, src, want, nbytes), (value, partial, reduced, out_bytes) = sorted(
+        moves, key=lambda m: m[0])
+    # Op 1's output, sharded along the channels over the grid, is read by 4 groups of 4
+    # clusters, each gathering its channels (3/16 of the value per cluster), against 15/16
+    # for an output-channel split's replicated input.
+    assert (src, want) == (Layout("sharded", 4, "channels"), Layout("banded", 4, "channels", 4))
+    gather = c.move(src, Layout("replicated", 4), nbytes)
+    assert 0 < c.move(src, want, nbytes) < gather / 3
+    # Each slice's 4 partial sums are reduce-scattered among its own clusters: 3/16 of the
+    # output into each, where a plain input-channel split over 16 sums 15/16.
+    assert (value, partial, reduced) == (2, Layout("partial", 4, "channels", 4), out)
+    assert 0 < c.move(partial, reduced, out_bytes) < c.move(
+        Layout("partial", 4), reduced, out_bytes) / 3
+    # Replicated, the input needs no move; whole, a quarter of what replicating it costs
+    # (and the same latency).
+    assert c.move(Layout("replicated", 4), want, nbytes) == 0.0
+    assert c.move(HOME, want, nbytes) < c.move(HOME, Layout("replicated", 4), nbytes) / 3
+    flat = {1: ("out_channels", 4), 2: ("out_channels", 4)}
+    assert plan_cost(c, choice) < plan_cost(c, flat)
+
+
 def test_a_depthwise_conv_split_in_2d_reads_its_own_tile_not_its_band_gathered():
     plain = {"out_channels": 64, "in_channels": 64, "rows": 56}
     depthwise = {"out_channels": 64, "rows": 56}

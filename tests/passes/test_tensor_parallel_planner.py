@@ -94,11 +94,38 @@ def test_a_split_becomes_parts_and_a_combine_in_the_workload():
     assert items[7].flops == pytest.approx(40_000 / 4)  # one add per output element
 
 
+def channel_heavy(dims=None):
+    """Eight 1x1-conv-like layers whose activations (2 MB) outweigh their weights (256 kB),
+    on a 4x4 mesh; ``dims``: each op's split dimensions (default: input and output
+    channels)."""
+    graph = make_graph([(2e8, 2_000_000, 262_144)] * 8, list(pairwise(range(8))))
+    dims = dims or {"out_channels": 512, "in_channels": 512}
+    system = mesh_system(4, 4, bandwidth=32.0)
+    return PlanningProblem(graph, system, Topology(system), {op: dims for op in range(8)},
+                           simulator=simulate_workload)
+
+
+def test_for_one_input_channel_heavy_layers_take_blocks_splits(monkeypatch):
+    # An output-channel split reads every input whole on each cluster, an input-channel split
+    # reduce-scatters whole outputs; a blocks split reads a quarter and sums a quarter.
+    p = channel_heavy()
+    placement = TensorParallelPlanner().plan(p)
+    assert sum(s.dim.startswith("blocks/") for s in placement.splits) >= 2
+    monkeypatch.setattr(tensor_parallel, "block_dims", lambda dims: None)
+    flat = TensorParallelPlanner().plan(p)
+    assert not any(s.dim.startswith("blocks/") for s in flat.splits)
+    assert placement.objective_cycles < 0.85 * flat.objective_cycles
+
+
 def test_bad_split_is_refused():
     with pytest.raises(PlanningError, match="unknown split dim"):
         OpSplit(0, "diagonal", (0, 1))
     with pytest.raises(PlanningError, match="needs >= 2 parts"):
         OpSplit(0, "rows", (0,))
+    with pytest.raises(PlanningError, match=r"blocks/4 split of op 0 over 6 clusters.*multiple"):
+        OpSplit(0, "blocks/4", tuple(range(6)))
+    with pytest.raises(PlanningError, match=r"blocks/4 split of op 0 over 4 clusters.*twice"):
+        OpSplit(0, "blocks/4", tuple(range(4)))
     with pytest.raises(PlanningError, match="max_parts must be >= 1"):
         TensorParallelPlanner(max_parts=0)
 
@@ -153,6 +180,17 @@ def test_the_plan_without_2d_splits_is_judged_beside_the_best_layouts_not_in_the
                     key=notes["estimated_cycles"].get)
     assert set(notes["simulated_cycles"]) == {*others[:2], "1 untiled"}
     assert "1" in others[:2]
+
+
+def test_a_plan_with_blocks_splits_is_judged_beside_the_best_plan_without_them():
+    base = channel_heavy()
+    p = dataclasses.replace(base, realise=lambda placement: (base.graph, placement))
+    notes = TensorParallelPlanner().plan(p).notes
+    assert {"1", "1 unblocked"} <= set(notes["simulated_cycles"])
+    assert notes["estimated_cycles"]["1"] < notes["estimated_cycles"]["1 unblocked"]
+    # A plan without them searches no other.
+    flat = dataclasses.replace(p, split_dims={op: {"out_channels": 512} for op in range(8)})
+    assert "1 unblocked" not in TensorParallelPlanner().plan(flat).notes["estimated_cycles"]
 
 
 @pytest.mark.parametrize("sram_bytes, policies", [(4 * 2**20, {"interleave"}),
