@@ -1132,8 +1132,10 @@ class _Distributor:
                 ) -> _Sharded:
         """A :data:`~.placement.BLOCKS` split: each part multiplies its input-channel group by
         its block of the weights, and each output slice's partial sums are reduce-scattered
-        among the parts that made them (around a ring where that is cheaper), so the output
-        is sharded along the channels, slice by slice. The parts take their groups in the
+        among the parts that made them, so the output is sharded along the channels, slice by
+        slice. Each piece is summed where it is kept, from every part's cut of it: around a
+        ring (:meth:`reduce_scatter`) ResNet-50 int8 batch 1 on simba-6x6 simulated 1.7 %
+        slower (425.6 k cycles against 418.6 k). The parts take their groups in the
         orientation that finds more of the input where they are: an output of another such
         split lies transposed (each slice's pieces on its parts, one group apart), and the
         next split reads it with its groups across them."""
@@ -1160,20 +1162,13 @@ class _Distributor:
             owners[s].append(c)
         bounds, pieces, holders = [], [], []
         for s, (begin, end) in enumerate(slices):
-            members = tuple(owners[s])
-            cuts = tuple(even_bounds(end - begin, min(m, end - begin)))
-            ring = self._ring(members) if len(cuts) == m else None
-            partial = _Partial(tuple(parts[s]), members)
-            if ring is not None:
-                pieces += self._ring_sums(partial, axis, cuts, ring, var.name)
-            else:
-                pieces += [self._sum([self.use(self._cut(part, {axis: cut}, f"{var.name}_cut", c),
-                                               dst) for part, c in zip(partial.parts, members,
-                                                                       strict=True)],
-                                     var.name, dst)
-                           for cut, dst in zip(cuts, members, strict=False)]
-            bounds += [(begin + b, begin + e) for b, e in cuts]
-            holders += members[:len(cuts)]
+            cuts = even_bounds(end - begin, min(m, end - begin))
+            for cut, dst in zip(cuts, owners[s], strict=False):
+                pieces.append(self._sum(
+                    [self.use(self._cut(part, {axis: cut}, f"{var.name}_cut", c), dst)
+                     for part, c in zip(parts[s], owners[s], strict=True)], var.name, dst))
+                bounds.append((begin + cut[0], begin + cut[1]))
+                holders.append(dst)
         return _Sharded(axis, tuple(bounds), tuple(pieces), tuple(holders))
 
     def _block_order(self, data: relax.Expr, axis: int, groups: list[tuple[int, int]],
