@@ -319,7 +319,7 @@ class _Group:
         ``1 / size`` of the value each, around a ring of the band where that loads links less,
         else sent directly. ``across``: the bands are the members ``by`` apart instead
         (``size / by`` of them in each band: a blocks split's output slices, reduce-scattered
-        among their parts, each sending as much)."""
+        among their parts, each sending as much, directly as DistributeTensors sums them)."""
         if (by, across) not in self._bands:
             topology, system = self._topology, self._topology.system
             loads: Counter = Counter()
@@ -327,7 +327,7 @@ class _Group:
             bands = ([self.members[start::by] for start in range(by)] if across else
                      [self.members[start:start + by] for start in range(0, self.size, by)])
             for band in bands:
-                ring = collectives.gather_ring(topology, band)
+                ring = None if across else collectives.gather_ring(topology, band)
                 loads.update(collectives.ring_load(topology, ring) if ring
                              else collectives.direct_load(topology, band))
                 latency = max([latency] + [topology.route_latency(band[0], m) for m in band[1:]])
