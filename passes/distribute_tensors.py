@@ -5,7 +5,9 @@ A split op's parts stay on their clusters. Every value of ``main`` gets a layout
 - **whole** on one cluster (or, for model inputs and constants, wherever it is read);
 - **sharded** along one axis, part ``p`` (a range of that axis) on cluster ``clusters[p]``;
 - **partial**: one full-shape partial sum per cluster, to be added (an input-channel or
-  reduction split's result);
+  reduction split's result); a blocks split's (input-channel groups by output-channel slices)
+  partial sums are reduce-scattered slice by slice as it is made, leaving it sharded along the
+  channels;
 - **tiled**: row bands by channel slices (a 2-D split's output: of an NCHW tensor, or of a
   matmul's rows and columns). Elementwise ops and max pools follow it tile by tile; a global
   pool (a mean, sum, max or min over the rows, not the channels) reduces each tile where it

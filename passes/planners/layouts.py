@@ -13,7 +13,10 @@ builds. Every value of the op graph has a :class:`Layout`:
   ``by`` slices per band over consecutive members of the group (a global pool of it,
   :func:`reduces_tiles`, is sharded along the channels over the first band's members);
 - ``banded``: what a 2-D split reads: each band of rows, all channels, on the ``by`` members
-  of its band.
+  of its band; along the channels, what a blocks split (:data:`~.placement.BLOCKS`) reads:
+  each input-channel group on the ``by`` members of its group (its output slices' partial
+  sums, ``partial`` with ``by``, are reduce-scattered inside each slice, ``by`` members
+  apart, leaving the output sharded along the channels).
 
 A split op needs its activation input in one layout (an output-channel split reads it
 replicated over its group, an input-channel split reads it sharded along channels over the same

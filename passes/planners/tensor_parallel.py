@@ -59,7 +59,10 @@ class TensorParallelPlanner:
     channels, rows, batch; matmul columns, reduction, rows, batch; for a conv2d or a matmul with
     weights, when planning one input on the whole grid, also a 2-D split,
     :data:`~.placement.TILES`: row bands by output-channel (column) slices, each band gathered
-    among its own clusters, or for a depthwise conv each tile read where it lies) and a group
+    among its own clusters, or for a depthwise conv each tile read where it lies; for a plain
+    conv2d, also a blocks split, :data:`~.placement.BLOCKS`: input-channel groups by
+    output-channel slices, each group's input gathered among its clusters and each slice's
+    partial sums reduce-scattered among its own) and a group
     among the nested sub-meshes of :func:`~.layouts.allocation_groups`, or runs whole on the first
     cluster. The choice is joint over the model (CN115829017B's strategy x allocation): the cost
     (:func:`~.layouts.plan_cost`) runs the ops one after another, each split op's slowest
