@@ -187,44 +187,15 @@ def check_split(split: AnchorSplit, anchors: list[AnchorInfo]) -> None:
     by = tiles_by(split.dim)
     if by is not None:
         channels = tile_channels(info.dims)
-        if channels is None:
-            raise PlanningError(
-                f"anchor {split.anchor} ({info.op}, output {list(info.output_shape)}) cannot be "
-                f"split along {split.dim!r}: a 2-D split cuts a conv2d (plain or depthwise, not "
-                "grouped otherwise) or a matmul into row bands and output-channel (column) "
-                "slices; legal dims here: " + ", ".join(info.dims))
-        bands = split.parts // by
-        if split.parts % by or bands < 2:
-            raise PlanningError(
-                f"anchor {split.anchor} ({info.op}): a {split.dim} split needs a multiple of "
-                f"{by} parts, at least {2 * by} (two row bands or more), not {split.parts}")
-        if by > info.dims[channels] or bands > info.dims["rows"]:
-            raise PlanningError(
-                f"anchor {split.anchor} ({info.op}) has {info.dims['rows']} rows and "
-                f"{info.dims[channels]} {channels.replace('_', ' ')}, so it cannot be split "
-                f"into {bands} row bands of {by} slices")
+        _check_2d(split, info, by, ("rows", channels), "row band",
+                  "a 2-D split cuts a conv2d (plain or depthwise, not grouped otherwise) or a "
+                  "matmul into row bands and output-channel (column) slices")
         return
     by = blocks_by(split.dim)
     if by is not None:
-        pair = block_dims(info.dims)
-        if pair is None:
-            raise PlanningError(
-                f"anchor {split.anchor} ({info.op}, output {list(info.output_shape)}) cannot be "
-                f"split along {split.dim!r}: a blocks split cuts the weights of a plain conv2d "
-                "or of a matmul with weights along input and output channels (reduction and "
-                "columns); legal dims here: " + ", ".join(info.dims))
-        groups = split.parts // by
-        if split.parts % by or groups < 2:
-            raise PlanningError(
-                f"anchor {split.anchor} ({info.op}): a {split.dim} split needs a multiple of "
-                f"{by} parts, at least {2 * by} (two input-channel groups or more), not "
-                f"{split.parts}")
-        if by > info.dims[pair[1]] or groups > info.dims[pair[0]]:
-            raise PlanningError(
-                f"anchor {split.anchor} ({info.op}) has {info.dims[pair[0]]} "
-                f"{pair[0].replace('_', ' ')} and {info.dims[pair[1]]} "
-                f"{pair[1].replace('_', ' ')}, so it cannot be split into {groups} groups of "
-                f"{by} slices")
+        _check_2d(split, info, by, block_dims(info.dims), "input-channel group",
+                  "a blocks split cuts the weights of a plain conv2d or of a matmul with "
+                  "weights along input and output channels (reduction and columns)")
         return
     if split.dim not in info.dims:
         legal = ", ".join(info.dims) or "none (unsupported layout or symbolic shapes)"
@@ -239,6 +210,28 @@ def check_split(split: AnchorSplit, anchors: list[AnchorInfo]) -> None:
             f"anchor {split.anchor} ({info.op}) has {split.dim} of size {size}, so it cannot be "
             f"split into {split.parts} parts; use at most {size} parts"
         )
+
+
+def _check_2d(split: AnchorSplit, info: AnchorInfo, by: int, dims: tuple | None, unit: str,
+              what: str) -> None:
+    """Check a 2-D split of ``info``: ``split.parts / by`` of ``unit`` (along ``dims[0]``) of
+    ``by`` slices each (along ``dims[1]``). ``dims`` None, or its slices None: the op has no
+    such split, and ``what`` says which ops do."""
+    if dims is None or dims[1] is None:
+        raise PlanningError(
+            f"anchor {split.anchor} ({info.op}, output {list(info.output_shape)}) cannot be "
+            f"split along {split.dim!r}: {what}; legal dims here: " + ", ".join(info.dims))
+    outer, inner = dims
+    count = split.parts // by
+    if split.parts % by or count < 2:
+        raise PlanningError(
+            f"anchor {split.anchor} ({info.op}): a {split.dim} split needs a multiple of {by} "
+            f"parts, at least {2 * by} (two {unit}s or more), not {split.parts}")
+    if by > info.dims[inner] or count > info.dims[outer]:
+        raise PlanningError(
+            f"anchor {split.anchor} ({info.op}) has {info.dims[outer]} "
+            f"{outer.replace('_', ' ')} and {info.dims[inner]} {inner.replace('_', ' ')}, so it "
+            f"cannot be split into {count} {unit}s of {by} slices")
 
 
 def even_bounds(size: int, parts: int) -> list[tuple[int, int]]:

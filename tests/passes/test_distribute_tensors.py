@@ -268,7 +268,7 @@ def test_a_matmul_of_activations_does_not_follow_an_operand_sharded_on_its_reduc
     (DistributedSplit(1, "tiles/2", tuple(range(26))), r"anchor 1 .*12 rows.*13 row bands"),
     (DistributedSplit(0, "blocks/3", (0, 1, 2, 3)), r"anchor 0 .*blocks/3.*multiple of 3"),
     (DistributedSplit(0, "blocks/2", tuple(range(20))),
-     r"anchor 0 .*8 in channels and 16 out channels.*10 groups of 2 slices"),
+     r"anchor 0 .*8 in channels and 16 out channels.*10 input-channel groups of 2 slices"),
 ])
 def test_bad_splits_name_the_anchor_and_the_dimension(split, message):
     with pytest.raises(PlanningError, match=message):
