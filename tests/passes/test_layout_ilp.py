@@ -126,4 +126,6 @@ def test_the_whole_grid_is_searched_first_whatever_its_start(monkeypatch):
     monkeypatch.setattr(tensor_parallel._Space, "estimate",
                         lambda space, choice: 1.0 if space.stage_of is not None else 2.0)
     TensorParallelPlanner().plan(chain_problem(clusters=4))
-    assert stages == [1, 1, 2]  # the grid with 2-D splits, without, then the pipeline
+    # The grid with 2-D splits, without, then the pipeline; last, when the grid's plan takes
+    # blocks splits, the grid without them.
+    assert stages[:3] == [1, 1, 2] and stages[3:] in ([], [1])
