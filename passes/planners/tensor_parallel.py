@@ -203,11 +203,9 @@ class TensorParallelPlanner:
         found = {space.key: self._search(problem, space) for space in searched}
         if UNBLOCKED in later and "1" in found and any(
                 blocks_by(split.dim) for split in found["1"].splits):
-            # The estimate favours blocks splits over 2-D tiles (it leaves out the
-            # reduce-scatters' hop-by-hop pace and the re-cuts where their permuted slices
-            # meet another layout): the best plan without them is judged beside it.
-            # MobileNetV2 on 32x32 images, mesh-4x4: estimated 6 % faster, simulated 6 %
-            # slower.
+            # The estimate can favour blocks splits where they simulate slower (MobileNetV2
+            # on 32x32 images, mesh-4x4: estimated 6 % faster than without them, simulated 6 %
+            # slower): the best plan without them is judged beside it.
             found[UNBLOCKED] = self._search(problem, later[UNBLOCKED])
         tried = {key: cand.objective_cycles for key, cand in found.items()}
         judged = tried
@@ -231,6 +229,8 @@ class TensorParallelPlanner:
                           and tried[key] <= JUDGED_ACROSS * fastest]
             if "1" in close and UNBLOCKED in tried:
                 close.append(UNBLOCKED)
+            # The plan without 2-D splits is judged when its estimate is close to that of the
+            # best plan with tiles alone (blocks splits' estimates err otherwise).
             flat = tried.get(UNBLOCKED, tried.get("1"))
             if "1" in close and UNTILED in tried and tried[UNTILED] <= JUDGED_WITHIN * flat:
                 # Beside the plan with 2-D splits, not in place of another layout: BERT-base
