@@ -1098,8 +1098,9 @@ class _Distributor:
     # -- anchors -------------------------------------------------------------------------------
 
     def _anchor(self, var: relax.Var, call: relax.Call, dim: str, clusters: tuple[int, ...]):
-        if blocks_by(dim) is not None:
-            return self._blocks(var, call, blocks_by(dim), clusters)
+        by = blocks_by(dim)
+        if by is not None:
+            return self._blocks(var, call, by, clusters)
         by = tiles_by(dim)
         conv = call.op.same_as(_CONV2D)
         part = self._conv2d_part if conv else self._matmul_part

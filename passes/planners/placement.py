@@ -149,9 +149,10 @@ class OpSplit:
 
     def __post_init__(self) -> None:
         known = {d for dims in SPLIT_DIMS.values() for d in dims}
-        by = tiles_by(self.dim)
-        blocks = blocks_by(self.dim)
-        if self.dim not in known and by is None and blocks is None:
+        by, unit = tiles_by(self.dim), "row bands"
+        if by is None:
+            by, unit = blocks_by(self.dim), "input-channel groups"
+        if self.dim not in known and by is None:
             raise PlanningError(f"unknown split dim {self.dim!r}; valid: {sorted(known)}, "
                                 f"{TILES}/n (n output-channel or column slices per row "
                                 f"band) and {BLOCKS}/n (n output-channel or column slices per "
@@ -162,14 +163,8 @@ class OpSplit:
         if by is not None and (by < 2 or len(self.clusters) % by or len(self.clusters) == by):
             raise PlanningError(
                 f"a {self.dim} split of op {self.op_id} over {len(self.clusters)} clusters "
-                f"needs at least 2 row bands of {by} clusters each: give a multiple of {by} "
+                f"needs at least 2 {unit} of {by} clusters each: give a multiple of {by} "
                 "clusters, at least twice as many")
-        if blocks is not None and (blocks < 2 or len(self.clusters) % blocks
-                                   or len(self.clusters) == blocks):
-            raise PlanningError(
-                f"a {self.dim} split of op {self.op_id} over {len(self.clusters)} clusters "
-                f"needs at least 2 input-channel groups of {blocks} clusters each: give a "
-                f"multiple of {blocks} clusters, at least twice as many")
 
     @property
     def parts(self) -> int:

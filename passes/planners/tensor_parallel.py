@@ -183,7 +183,7 @@ class TensorParallelPlanner:
         _require_split_dims(problem, self.name)
         spaces = [self._space(problem, *layout) for layout in self._layouts(problem)]
         # Searched only when the whole grid's plan takes blocks splits (see below).
-        later = {space.key: space for space in spaces if space.key == UNBLOCKED}
+        unblocked = next((space for space in spaces if space.key == UNBLOCKED), None)
         spaces = [space for space in spaces if space.key != UNBLOCKED]
         # Every layout's starting point is estimated; the most promising are searched.
         started = {space.key: space.estimate(space.start) for space in spaces}
@@ -201,12 +201,12 @@ class TensorParallelPlanner:
         searched.sort(key=lambda space: space.key not in ("1", UNTILED))  # the grid first
         self._solving_left = self.time_limit  # the program's seconds, over every layout
         found = {space.key: self._search(problem, space) for space in searched}
-        if UNBLOCKED in later and "1" in found and any(
+        if unblocked is not None and "1" in found and any(
                 blocks_by(split.dim) for split in found["1"].splits):
             # The estimate can favour blocks splits where they simulate slower (MobileNetV2
             # on 32x32 images, mesh-4x4: estimated 6 % faster than without them, simulated 6 %
             # slower): the best plan without them is judged beside it.
-            found[UNBLOCKED] = self._search(problem, later[UNBLOCKED])
+            found[UNBLOCKED] = self._search(problem, unblocked)
         tried = {key: cand.objective_cycles for key, cand in found.items()}
         judged = tried
         searched_notes = {"estimated_cycles": tried, "layouts_started": started}
