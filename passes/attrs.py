@@ -19,6 +19,18 @@ ATTR_SEGMENT = "chiplet.segment"  # segment function: its index in call order
 ATTR_PLACEMENT = "chiplet.placement"  # module: JSON of strategy, objective and notes
 ATTR_IN_PLACE = "chiplet.in_place"  # PrimFunc: assembles operands written in place (no bytes)
 
+PARTIAL_SUM = "_psum"
+"""In a value's name: the value is a partial sum (an input-channel or reduction split's part, a
+cut of one, or a sum on its way), which the device holds and sends at the accumulators' width
+(:func:`~tvm_chiplet.targets.system.partial_sum_bytes`), not at the device dtype's. A name, not
+an attribute, as Relax values carry none; FuseOps and PartitionByCluster keep the names of the
+values they bind."""
+
+
+def is_partial_sum(var: relax.Var) -> bool:
+    """Whether ``var`` holds a partial sum (its name has :data:`PARTIAL_SUM`)."""
+    return PARTIAL_SUM in var.name
+
 
 def call_placement(value: relax.Expr) -> tuple[int, int, int] | None:
     """``(cluster, stage, op_id)`` written by AnnotatePlacement on a call, or None."""

@@ -63,10 +63,15 @@ import tvm
 from tvm import relax, te
 
 from tvm_chiplet.passes.analysis.batch_axis import ELEMENTWISE_OPS
-from tvm_chiplet.passes.attrs import ATTR_IN_PLACE
+from tvm_chiplet.passes.attrs import ATTR_IN_PLACE, PARTIAL_SUM
 from tvm_chiplet.passes.fold_constant_calls import FoldConstantCalls
 from tvm_chiplet.passes.legalize_once import LegalizeOnce
-from tvm_chiplet.passes.planners.placement import PlanningError, blocks_by, tiles_by
+from tvm_chiplet.passes.planners.placement import (
+    REDUCTION_DIMS,
+    PlanningError,
+    blocks_by,
+    tiles_by,
+)
 from tvm_chiplet.passes.reduce_graph import ReduceGraph
 from tvm_chiplet.passes.split_operators import (
     AnchorInfo,
@@ -338,7 +343,8 @@ class _Distributor:
             return self.use(self._cut(layout.var, {axis: (lo, hi)}, f"{name}_cut",
                                       layout.cluster), cluster)
         if isinstance(layout, _Partial):
-            pieces = [self.use(self._cut(p, {axis: (lo, hi)}, f"{name}_cut", c), cluster)
+            pieces = [self.use(self._cut(p, {axis: (lo, hi)}, f"{name}{PARTIAL_SUM}_cut", c),
+                               cluster)
                       for p, c in zip(layout.parts, layout.clusters, strict=True)]
             return self._sum(pieces, name, cluster)
         if isinstance(layout, _Tiled):
@@ -511,7 +517,7 @@ class _Distributor:
 
         def piece(cluster: int, j: int) -> relax.Expr:
             b, e = bounds[j]
-            return self._slice(part_of[cluster], axis, b, e, f"{name}_cut", cluster)
+            return self._slice(part_of[cluster], axis, b, e, f"{name}{PARTIAL_SUM}_cut", cluster)
 
         sides = (((k - 1) // 2, -1), (k - 1 - (k - 1) // 2, 1))  # (members, direction)
         running: dict[tuple[int, int], relax.Expr] = {}
@@ -522,11 +528,12 @@ class _Distributor:
                         continue
                     x = ring[(position[c] + direction * (length - step)) % k]
                     running[j, side] = piece(x, j) if step == 0 else self._sliced_add(
-                        running[j, side], part_of[x], axis, bounds[j][0], f"{name}_sum", x)
+                        running[j, side], part_of[x], axis, bounds[j][0],
+                        f"{name}{PARTIAL_SUM}_run", x)
         parts = []
         for j, c in enumerate(layout.clusters):
             total = self._sliced_add(running[j, 0], part_of[c], axis, bounds[j][0],
-                                     f"{name}_sum", c)
+                                     f"{name}{PARTIAL_SUM if (j, 1) in running else ''}_sum", c)
             if (j, 1) in running:
                 total = self._sliced_add(total, running[j, 1], axis, 0, f"{name}_sum", c)
             parts.append(total)
@@ -953,7 +960,8 @@ class _Distributor:
         axes, keepdims, mean = _reduced_rows(call)
         reduce, combine = _TILE_REDUCES["relax.sum" if mean else call.op.name]
         n = len(layout.channels)
-        partials = [self.emit(reduce(part, axis=axes, keepdims=keepdims), f"{var.name}_p{p}", c)
+        tag = PARTIAL_SUM if combine is relax.op.add else "_p"  # sums; a max is no partial sum
+        partials = [self.emit(reduce(part, axis=axes, keepdims=keepdims), f"{var.name}{tag}{p}", c)
                     for p, (part, c) in enumerate(zip(layout.parts, layout.clusters,
                                                       strict=True))]
         parts = []
@@ -1117,10 +1125,12 @@ class _Distributor:
             return _Tiled(rows, channels, tuple(parts), clusters, row_axis, channel_axis)
         size = _anchor_size(call, dim)
         bounds = tuple(even_bounds(size, len(clusters)))
+        partial = dim in REDUCTION_DIMS
         parts = []
         for p, ((b, e), c) in enumerate(zip(bounds, clusters, strict=True)):
-            parts.append(self.emit(part(call, dim, b, e, c), f"{var.name}_p{p}", c))
-        if dim in ("in_channels", "reduction"):
+            name = f"{var.name}{PARTIAL_SUM if partial else '_p'}{p}"
+            parts.append(self.emit(part(call, dim, b, e, c), name, c))
+        if partial:
             return _Partial(tuple(parts), clusters)
         out = _shape(var)
         if conv:
@@ -1161,14 +1171,14 @@ class _Distributor:
             x = self.region(data, in_axis, *groups[g], c)
             w = self._operand_box(weight, w_rank, {w_in: groups[g], w_out: slices[s]}, c)
             value = conv2d_like(call, x, w) if conv else relax.Call(call.op, [x, w], call.attrs)
-            parts[s].append(self.emit(value, f"{var.name}_p{p}", c))
+            parts[s].append(self.emit(value, f"{var.name}{PARTIAL_SUM}{p}", c))
             owners[s].append(c)
         bounds, pieces, holders = [], [], []
         for s, (begin, end) in enumerate(slices):
             cuts = even_bounds(end - begin, min(m, end - begin))
             for cut, dst in zip(cuts, owners[s], strict=False):
                 pieces.append(self._sum(
-                    [self.use(self._cut(part, {axis: cut}, f"{var.name}_cut", c), dst)
+                    [self.use(self._cut(part, {axis: cut}, f"{var.name}{PARTIAL_SUM}_cut", c), dst)
                      for part, c in zip(parts[s], owners[s], strict=True)], var.name, dst))
                 bounds.append((begin + cut[0], begin + cut[1]))
                 holders.append(dst)

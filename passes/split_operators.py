@@ -10,6 +10,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from tvm_chiplet.passes.attrs import PARTIAL_SUM
 from tvm_chiplet.passes.planners.placement import (
     REDUCTION_DIMS,
     PlanningError,
@@ -24,6 +25,12 @@ _CONV2D = tvm.ir.Op.get("relax.nn.conv2d")
 _MATMUL = tvm.ir.Op.get("relax.matmul")
 
 _SUMMED_DIMS = set(REDUCTION_DIMS)
+
+
+def _part_name(name: str, dim: str, index: int) -> str:
+    """The name of part ``index`` of ``name`` split along ``dim``: a partial sum's
+    (:data:`~.attrs.PARTIAL_SUM`) along a summed dimension."""
+    return f"{name}{PARTIAL_SUM if dim in _SUMMED_DIMS else '_part'}{index}"
 
 
 @dataclass(frozen=True)
@@ -263,7 +270,8 @@ class _Splitter(PyExprMutator):
         if dim in _SUMMED_DIMS:
             combined = parts[0]
             for part in parts[1:-1]:
-                combined = self.builder_.emit(relax.op.add(combined, part), f"{name}_sum")
+                combined = self.builder_.emit(relax.op.add(combined, part),
+                                              f"{name}{PARTIAL_SUM}_sum")
             combined = relax.op.add(combined, parts[-1])
         else:
             combined = relax.op.concat(parts, axis=axis)
@@ -342,7 +350,7 @@ def _conv2d_parts(splitter: _Splitter, call: relax.Call, dim: str,
             part_data = splitter.slice_axis(data, 2, rows, f"{name}_data{i}")
             changes = {"padding": [0, left, 0, right]}
         part = conv2d_like(call, part_data, part_weight, **changes)
-        parts.append(splitter.builder_.emit(part, f"{name}_part{i}"))
+        parts.append(splitter.builder_.emit(part, _part_name(name, dim, i)))
     return parts, {"batch": 0, "out_channels": 1, "in_channels": 1, "rows": 2}[dim]
 
 
@@ -373,7 +381,7 @@ def _matmul_parts(splitter: _Splitter, call: relax.Call, dim: str,
             for operand, axis, role in zip(operands, axes, ("a", "b"), strict=True)
         ]
         part = relax.Call(call.op, args, call.attrs)
-        parts.append(splitter.builder_.emit(part, f"{name}_part{i}"))
+        parts.append(splitter.builder_.emit(part, _part_name(name, dim, i)))
     return parts, out_axis
 
 

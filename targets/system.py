@@ -26,6 +26,20 @@ if TYPE_CHECKING:
 LINK_KINDS = ("noc", "nop")
 DTYPE_BYTES = {"int8": 1, "fp16": 2, "bf16": 2, "fp32": 4}
 DEVICE_DTYPES = tuple(DTYPE_BYTES)
+ACCUMULATOR_BYTES = 4
+"""Bytes of an accumulator: int32 for int8 MACs, fp32 for fp16, bf16 and fp32 MACs."""
+
+
+def partial_sum_bytes(device_dtype: str) -> int:
+    """Bytes per element of a partial sum at ``device_dtype``: the parts of a split along input
+    channels (or a matmul's reduction) are summed at the accumulators' width, so they are held
+    and sent at it, not at the device dtype's (an int8 partial sum is 4 bytes)."""
+    return max(DTYPE_BYTES[device_dtype], ACCUMULATOR_BYTES)
+
+
+def partial_sum_scale(device_dtype: str) -> float:
+    """A partial sum's bytes over those of the same value at ``device_dtype``."""
+    return partial_sum_bytes(device_dtype) / DTYPE_BYTES[device_dtype]
 
 
 class SystemConfigError(ValueError):

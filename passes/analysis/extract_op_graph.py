@@ -17,8 +17,8 @@ import tvm_ffi
 from tvm import relax
 
 from tvm_chiplet.passes.analysis.op_graph import OpGraph, OpNode
-from tvm_chiplet.passes.attrs import ATTR_IN_PLACE, CALL_TIR
-from tvm_chiplet.targets.system import DTYPE_BYTES
+from tvm_chiplet.passes.attrs import ATTR_IN_PLACE, CALL_TIR, is_partial_sum
+from tvm_chiplet.targets.system import DTYPE_BYTES, partial_sum_bytes
 
 # Kinds of the "op_pattern" attribute that relax.transform.AnnotateTIROpPattern writes.
 _OUTPUT_SIZED_PATTERNS = (0, 1, 2)  # elementwise, broadcast, injective
@@ -47,22 +47,31 @@ def _static_dims(ty: relax.TensorType, what: str) -> list[int]:
     return dims
 
 
-def tensor_bytes(ty: tvm.ir.Type, what: str, device_dtype: str | None = None) -> int:
+def tensor_bytes(ty: tvm.ir.Type, what: str, device_dtype: str | None = None,
+                 partial: bool = False) -> int:
     """Bytes of a value of type ``ty`` (tensor or tuple of tensors) with static shape.
 
     With ``device_dtype``, a floating-point tensor counts ``DTYPE_BYTES[device_dtype]`` bytes
-    per element (module docstring); without it, every tensor counts at its IR dtype.
+    per element (module docstring), or :func:`~tvm_chiplet.targets.system.partial_sum_bytes`
+    when it is a ``partial`` sum; without it, every tensor counts at its IR dtype.
     """
     if isinstance(ty, relax.TensorType):
         dtype = tvm.runtime.DataType(str(ty.dtype))
         if device_dtype is not None and dtype.type_code in _FLOAT_CODES:
-            width = DTYPE_BYTES[device_dtype] * dtype.lanes
+            width = (partial_sum_bytes(device_dtype) if partial
+                     else DTYPE_BYTES[device_dtype]) * dtype.lanes
         else:
             width = (dtype.bits * dtype.lanes + 7) // 8
         return math.prod(_static_dims(ty, what)) * width
     if isinstance(ty, tvm.ir.TupleType):
-        return sum(tensor_bytes(field, what, device_dtype) for field in ty.fields)
+        return sum(tensor_bytes(field, what, device_dtype, partial) for field in ty.fields)
     return 0
+
+
+def value_bytes(var: relax.Var, what: str, device_dtype: str | None = None) -> int:
+    """:func:`tensor_bytes` of ``var``, a partial sum's at its width (:func:`~tvm_chiplet.
+    passes.attrs.is_partial_sum`)."""
+    return tensor_bytes(var.ty, what, device_dtype, is_partial_sum(var))
 
 
 def tensor_elements(ty: tvm.ir.Type, what: str) -> int:
@@ -305,8 +314,8 @@ def extract_op_graph(mod: tvm.IRModule, device_dtype: str | None = None) -> OpGr
 
     for op_id, binding in enumerate(bindings):
         value = binding.value
-        out_bytes = tensor_bytes(binding.var.ty, f"value {binding.var.name} (op {op_id})",
-                                 device_dtype)
+        out_bytes = value_bytes(binding.var, f"value {binding.var.name} (op {op_id})",
+                                device_dtype)
         weight_bytes, flops = 0, 0.0
         if isinstance(value, relax.Call) and value.op.same_as(CALL_TIR):
             kind, name = "call_tir", value.args[0].name_hint
@@ -322,7 +331,7 @@ def extract_op_graph(mod: tvm.IRModule, device_dtype: str | None = None) -> OpGr
                 else type(value).__name__
         graph.add_node(op_id)
         sizes = {var: known[hash(var)] if hash(var) in known
-                 else tensor_bytes(var.ty, f"value {var.name}", device_dtype)
+                 else value_bytes(var, f"value {var.name}", device_dtype)
                  for var in _value_vars(value)}
         for var, nbytes in sizes.items():
             key = hash(var)

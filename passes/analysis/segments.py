@@ -15,8 +15,9 @@ from tvm_chiplet.passes.analysis.extract_op_graph import (
     main_bindings,
     moved_bytes,
     tensor_bytes,
+    value_bytes,
 )
-from tvm_chiplet.passes.attrs import ATTR_CLUSTER, CALL_TIR, call_placement
+from tvm_chiplet.passes.attrs import ATTR_CLUSTER, CALL_TIR, call_placement, is_partial_sum
 
 
 @dataclass
@@ -118,9 +119,10 @@ def read_segments(mod: tvm.IRModule, device_dtype: str | None = None) -> Segment
                 cluster=int(func.attrs[ATTR_CLUSTER]),
                 inputs=inputs,
                 output_bytes=[
-                    tensor_bytes(f, f"output of {value.op.name_hint}", device_dtype)
+                    tensor_bytes(f, f"output of {value.op.name_hint}", device_dtype,
+                                 isinstance(v, relax.Var) and is_partial_sum(v))
                     if has_static_shape(f) else 0
-                    for f in func.ret_ty.fields
+                    for f, v in zip(func.ret_ty.fields, func.body.body.fields, strict=True)
                 ],
             )
             segments.append(segment)
@@ -155,13 +157,13 @@ def _segment_tasks(mod, func, segment, producers, tasks, data_dependent, flop_ca
         static = all(has_static_shape(v.ty) for v in [*reads, binding.var])
         if is_call_tir and static:
             _, stage, op_id = placed if placed else (segment.cluster, 0, -1)
-            sizes = {var: tensor_bytes(var.ty, var.name, device_dtype) for var in reads}
+            sizes = {var: value_bytes(var, var.name, device_dtype) for var in reads}
             deps: dict[int, int] = {}
             for var, nbytes in sizes.items():
                 for producer in origin.get(var, ()):
                     deps[producer] = deps.get(producer, 0) + nbytes
             weight_bytes = call_tir_weight_bytes(value, device_dtype)
-            output = tensor_bytes(binding.var.ty, binding.var.name, device_dtype)
+            output = value_bytes(binding.var, binding.var.name, device_dtype)
             read, written = moved_bytes(mod, value, sizes, output, slice_cache)
             tasks.append(
                 Task(

@@ -14,6 +14,7 @@ from tvm_chiplet.passes.planners.placement import (
     part_bytes,
     tiles_by,
 )
+from tvm_chiplet.targets.system import partial_sum_scale
 from tvm_chiplet.targets.workload import (
     WorkItem,
     build_workload,
@@ -24,7 +25,7 @@ from tvm_chiplet.targets.workload import (
 
 def placement_items(problem: PlanningProblem, placement: Placement) -> list[WorkItem]:
     """The work items of ``placement`` on ``problem.graph`` (:func:`graph_items`)."""
-    return graph_items(problem.graph, placement)
+    return graph_items(problem.graph, placement, partial_sum_scale(problem.system.device_dtype))
 
 
 def built_items(problem: PlanningProblem, placement: Placement) -> list[WorkItem]:
@@ -37,13 +38,17 @@ def built_items(problem: PlanningProblem, placement: Placement) -> list[WorkItem
     return placement_items(problem, placement)
 
 
-def graph_items(graph: OpGraph, placement: Placement) -> list[WorkItem]:
+def graph_items(graph: OpGraph, placement: Placement, partial_scale: float = 1.0
+                ) -> list[WorkItem]:
     """Compute ops as work items on their clusters; plumbing ops pass their producers through.
 
     A split op (:class:`OpSplit`) becomes one item per part (bytes from :func:`part_bytes`)
     plus a combine item (concat, or add for a reduction dimension) on the op's cluster, which
-    its consumers read. A placement with :attr:`Placement.replicas` gives the items of one
-    input on every copy (:func:`replicate_items`), copy 0 first.
+    its consumers read; the parts of a reduction send their partial sums at
+    ``partial_scale`` times the bytes of the output
+    (:func:`~tvm_chiplet.targets.system.partial_sum_scale`). A placement with
+    :attr:`Placement.replicas` gives the items of one input on every copy
+    (:func:`replicate_items`), copy 0 first.
     """
     splits = {s.op_id: s for s in placement.splits}
     producers: dict[int, dict[int, int]] = {}  # op -> {compute op: bytes}
@@ -58,7 +63,7 @@ def graph_items(graph: OpGraph, placement: Placement) -> list[WorkItem]:
                 reads[source] = reads.get(source, 0) + min(size, nbytes)
         deps = [(index_of[s], b) for s, b in sorted(reads.items())]
         if op.is_compute and op.op_id in splits:
-            index_of[op.op_id] = _split_items(items, op, splits[op.op_id], deps,
+            index_of[op.op_id] = _split_items(items, op, splits[op.op_id], deps, partial_scale,
                                               placement.op_cluster[op.op_id])
         elif op.is_compute:
             index_of[op.op_id] = len(items)
@@ -72,12 +77,12 @@ def graph_items(graph: OpGraph, placement: Placement) -> list[WorkItem]:
 
 
 def _split_items(items: list[WorkItem], op, split: OpSplit, deps: list[tuple[int, int]],
-                 home: int) -> int:
+                 partial_scale: float, home: int) -> int:
     """Append the parts and the combine item of a split op; return the combine item's index."""
     k = split.parts
     reduction = split.dim in REDUCTION_DIMS or blocks_by(split.dim) is not None
     part_in, part_out, weights = part_bytes(op.input_bytes, op.output_bytes, op.weight_bytes,
-                                            split.dim, k)
+                                            split.dim, k, partial_scale)
     reads_all = split.dim in WEIGHT_DIMS and not reduction
     by = tiles_by(split.dim) or blocks_by(split.dim) or 1
     share = 1.0 if reads_all else by / k  # of each input read

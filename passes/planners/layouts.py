@@ -61,6 +61,7 @@ from tvm_chiplet.passes.planners.placement import (
     tiles_by,
 )
 from tvm_chiplet.targets import collectives, cost_model
+from tvm_chiplet.targets.system import partial_sum_scale
 from tvm_chiplet.targets.topology import Topology
 from tvm_chiplet.targets.workload import STREAM_BUFFER_FRACTION
 
@@ -373,6 +374,7 @@ class LayoutCosts:
         self._per_byte: dict[tuple[Layout, Layout], tuple[float, float]] = {}
         self._compute: dict[tuple, tuple] = {}
         system = problem.system
+        self.partial_scale = partial_sum_scale(system.device_dtype)  # sent at accumulator width
         efficiency = system.calibration.factor("dram") if system.calibration else 1.0
         self.pooled = pooled
         self.dram_rate = max(pool_stream_rate(problem, dram_share, copies) if pooled else
@@ -426,6 +428,8 @@ class LayoutCosts:
         if key not in self._per_byte:
             self._per_byte[key] = self._collective(src, need)
         per_byte, latency = self._per_byte[key]
+        if src.kind == "partial":
+            nbytes *= self.partial_scale
         return per_byte * nbytes + latency if per_byte else latency
 
     def _collective(self, src: Layout, need: Layout) -> tuple[float, float]:
@@ -582,7 +586,7 @@ class LayoutCosts:
         g = self.groups[group]
         k = max(parts, 1)
         part_in, part_out, weights = part_bytes(op.input_bytes, op.output_bytes,
-                                                op.weight_bytes, dim, k)
+                                                op.weight_bytes, dim, k, self.partial_scale)
         by = tiles_by(dim)
         if by is not None and self.depthwise(op.op_id):
             part_in /= by  # its own channels of its band

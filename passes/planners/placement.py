@@ -113,25 +113,27 @@ def blocks_dim(by: int) -> str:
 
 
 def part_bytes(input_bytes: float, output_bytes: float, weight_bytes: float, dim: str | None,
-               parts: int) -> tuple[float, float, float]:
+               parts: int, partial_scale: float = 1.0) -> tuple[float, float, float]:
     """``(input, output, weight)`` bytes of one of ``parts`` parts of an op split along ``dim``.
 
     Along a weight dimension a part holds ``1/k`` of the weights and reads the whole input;
     along an activation dimension (rows, batch) it reads ``1/k`` of the input and holds all
     the weights; along a reduction dimension it reads ``1/k`` of both and writes a whole-size
-    partial sum. ``dim=None`` (with ``parts=1``) is the whole op.
+    partial sum, ``partial_scale`` times the output's size in bytes
+    (:func:`~tvm_chiplet.targets.system.partial_sum_scale`). ``dim=None`` (with ``parts=1``)
+    is the whole op.
     """
     by = tiles_by(dim)
     if by is not None:  # a band of the input (its halo left out), 1 / by of the weights
         return input_bytes * by / parts, output_bytes / parts, weight_bytes / by
     by = blocks_by(dim)
     if by is not None:  # a channel group of the input, a slice's partial sum, 1 / k weights
-        return input_bytes * by / parts, output_bytes / by, weight_bytes / parts
+        return input_bytes * by / parts, output_bytes * partial_scale / by, weight_bytes / parts
     reduction = dim in REDUCTION_DIMS
     weights = weight_bytes / parts if dim in WEIGHT_DIMS else weight_bytes
     reads_all = dim in WEIGHT_DIMS and not reduction
     part_in = input_bytes if reads_all else input_bytes / parts
-    part_out = output_bytes if reduction else output_bytes / parts
+    part_out = output_bytes * partial_scale if reduction else output_bytes / parts
     return part_in, part_out, weights
 
 

@@ -447,3 +447,20 @@ def test_in_a_weight_pool_even_weights_that_fit_stream_from_the_other_members():
     first = {0: None}
     assert plan_cost(LayoutCosts(problem, pooled=True), first) > plan_cost(
         LayoutCosts(problem), first)
+
+
+def test_partial_sums_move_at_the_accumulators_width_whatever_the_device_dtype():
+    # A value of n bytes at int8 is 4n at fp32. Its partial sums are 4-byte accumulators at
+    # both, so reduce-scattering them costs the same; all-gathering the int8 value itself
+    # costs a quarter of what the fp32 one does.
+    system = mesh_system(4, 4, bandwidth=32.0, macs_per_cycle={"fp32": 256, "int8": 1024})
+    by_dtype = {dtype: LayoutCosts(PlanningProblem(CHAIN, s, Topology(s), DIMS))
+                for dtype in ("int8", "fp32") for s in [system.with_device_dtype(dtype)]}
+    partial, sharded = Layout("partial", 4), Layout("sharded", 4, "channels")
+    assert by_dtype["int8"].move(partial, sharded, 1e6) == pytest.approx(
+        by_dtype["fp32"].move(partial, sharded, 4e6))
+    replicated = Layout("replicated", 4)
+    assert by_dtype["int8"].move(sharded, replicated, 1e6) == pytest.approx(
+        by_dtype["fp32"].move(sharded, replicated, 1e6))
+    assert by_dtype["int8"].move(sharded, replicated, 1e6) < by_dtype["fp32"].move(
+        sharded, replicated, 4e6) / 3
