@@ -61,6 +61,10 @@ def test_convolutions_split_in_2d_beat_other_splits_and_match_onnxruntime(
     assert {dim.split("/")[0] for dim in notes["dims"] if "/" in dim} == kinds
     simulated = notes["simulated_cycles"]
     assert min(simulated.values()) < simulated[beaten]
+    # The artifact (its segments) simulates as the planner judged the realised module, partial
+    # sums at the accumulators' width in both.
+    assert plan["estimate"][0]["simulated_cycles"] == pytest.approx(min(simulated.values()),
+                                                                    rel=1e-9)
 
 
 def test_matmuls_split_in_2d_beat_1d_splits_and_match_onnxruntime(tmp_path):
