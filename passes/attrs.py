@@ -22,10 +22,10 @@ ATTR_IN_PLACE = "chiplet.in_place"  # PrimFunc: assembles operands written in pl
 PARTIAL_SUM = "__psum"
 """In a value's name: the value is a partial sum (an input-channel or reduction split's part, a
 cut of one, or a sum on its way), which the device holds and sends at the accumulators' width
-(:func:`~tvm_chiplet.targets.system.partial_sum_bytes`), not at the device dtype's. A name, not
-an attribute, as Relax values carry none; FuseOps and PartitionByCluster keep the names of the
-values they bind. Two underscores, so that no importer's name (``lv12``, an ONNX input's) has
-it."""
+(:attr:`~tvm_chiplet.targets.system.ChipletSystem.partial_sum_bytes`), not at the device
+dtype's. A name, not an attribute, as Relax values carry none; FuseOps and PartitionByCluster
+keep the names of the values they bind. Two underscores, so that no importer's name (``lv12``,
+an ONNX input's) has it."""
 
 
 def is_partial_sum(var: relax.Var) -> bool:

@@ -84,7 +84,8 @@ def split_problem(mod: tvm.IRModule, reduced: tvm.IRModule, system: ChipletSyste
                   if a.activations}
     halos = {op_id: a.halo for op_id, a in zip(op_ids, anchors, strict=True) if a.halo[0]}
     topology = Topology(system)
-    realiser = SplitRealiser(mod, op_ids, system.device_dtype, target, topology)
+    realiser = SplitRealiser(mod, op_ids, system.device_dtype, target, topology,
+                             system.partial_sum_bytes)
     return PlanningProblem(graph, system, topology, split_dims, simulator,
                            realiser, follow_ops, halos), op_ids
 
@@ -92,7 +93,8 @@ def split_problem(mod: tvm.IRModule, reduced: tvm.IRModule, system: ChipletSyste
 class SplitRealiser:
     """Realises placements that split ops of one high-level module, each distinct one once.
 
-    ``realiser(placement)`` gives the op graph of the realised module (at ``device_dtype``) and
+    ``realiser(placement)`` gives the op graph of the realised module (at ``device_dtype``,
+    its partial sums at ``partial_width``: :func:`~.analysis.extract_op_graph.value_bytes`) and
     the placement of its ops, which is what the compiled artifact runs: planners' candidates
     are judged on it (:func:`~.planners.evaluate.simulate_placement`).
     :meth:`module` gives the realised module itself. ``anchors`` lists the planned graph's
@@ -101,10 +103,10 @@ class SplitRealiser:
     """
 
     def __init__(self, mod: tvm.IRModule, anchors: list[int], device_dtype: str | None = None,
-                 target: str | tvm.target.Target = "llvm", topology: Topology | None = None
-                 ) -> None:
+                 target: str | tvm.target.Target = "llvm", topology: Topology | None = None,
+                 partial_width: int | None = None) -> None:
         self.mod, self.anchors, self.device_dtype, self.target = mod, anchors, device_dtype, target
-        self.topology = topology
+        self.topology, self.partial_width = topology, partial_width
         self._cache: dict[tuple, tuple[tvm.IRModule, OpGraph, tuple[int, ...]]] = {}
         self._lock = threading.Lock()
 
@@ -121,7 +123,8 @@ class SplitRealiser:
         home = Counter(placement.op_cluster).most_common(1)[0][0] if placement.op_cluster else 0
         reduced, op_cluster = distribute_and_reduce(self.mod, splits, placement.op_cluster, home,
                                                     self.target, self.topology)
-        return reduced, extract_op_graph(reduced, self.device_dtype), tuple(op_cluster)
+        graph = extract_op_graph(reduced, self.device_dtype, self.partial_width)
+        return reduced, graph, tuple(op_cluster)
 
     def __call__(self, placement: Placement) -> tuple[OpGraph, Placement]:
         _, graph, op_cluster = self._realised(placement)

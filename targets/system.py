@@ -15,6 +15,7 @@ looked up among the bundled presets by :mod:`tvm_chiplet.targets.system_toml`.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -27,19 +28,17 @@ LINK_KINDS = ("noc", "nop")
 DTYPE_BYTES = {"int8": 1, "fp16": 2, "bf16": 2, "fp32": 4}
 DEVICE_DTYPES = tuple(DTYPE_BYTES)
 ACCUMULATOR_BYTES = 4
-"""Bytes of an accumulator: int32 for int8 MACs, fp32 for fp16, bf16 and fp32 MACs."""
+"""Bytes of an accumulator unless a system says otherwise (``[system] accumulator_bytes``):
+int32 for int8 MACs, fp32 for fp16, bf16 and fp32 MACs."""
 
 
-def partial_sum_bytes(device_dtype: str) -> int:
+def partial_sum_width(device_dtype: str, accumulators: Mapping[str, int] | None = None) -> int:
     """Bytes per element of a partial sum at ``device_dtype``: the parts of a split along input
-    channels (or a matmul's reduction) are summed at the accumulators' width, so they are held
-    and sent at it, not at the device dtype's (an int8 partial sum is 4 bytes)."""
-    return max(DTYPE_BYTES[device_dtype], ACCUMULATOR_BYTES)
-
-
-def partial_sum_scale(device_dtype: str) -> float:
-    """A partial sum's bytes over those of the same value at ``device_dtype``."""
-    return partial_sum_bytes(device_dtype) / DTYPE_BYTES[device_dtype]
+    channels (or a matmul's reduction) are summed at the accumulators' width (``accumulators``:
+    bytes per dtype, :data:`ACCUMULATOR_BYTES` for the others), so they are held and sent at
+    it, never narrower than the dtype (an int8 partial sum is 4 bytes by default)."""
+    return max(DTYPE_BYTES[device_dtype],
+               (accumulators or {}).get(device_dtype, ACCUMULATOR_BYTES))
 
 
 class SystemConfigError(ValueError):
@@ -223,6 +222,9 @@ class ChipletSystem:
         True when the description declares energy coefficients (else they are all 0).
     calibration : FlowCalibration or None
         How the ``flow`` network model is corrected towards the ``flit`` model; not compared.
+    accumulator_bytes : tuple of (dtype, bytes)
+        The width of the accumulators of MACs at each listed dtype (``[system]
+        accumulator_bytes``); the others are :data:`ACCUMULATOR_BYTES` wide.
     """
 
     name: str
@@ -236,6 +238,17 @@ class ChipletSystem:
     device_dtype: str = "fp32"
     has_energy: bool = False
     calibration: FlowCalibration | None = field(default=None, compare=False)
+    accumulator_bytes: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def partial_sum_bytes(self) -> int:
+        """Bytes per element of a partial sum at the device dtype (:func:`partial_sum_width`)."""
+        return partial_sum_width(self.device_dtype, dict(self.accumulator_bytes))
+
+    @property
+    def partial_sum_scale(self) -> float:
+        """A partial sum's bytes over those of the same value at the device dtype."""
+        return self.partial_sum_bytes / DTYPE_BYTES[self.device_dtype]
 
     def __post_init__(self) -> None:
         if self.device_dtype not in DTYPE_BYTES:
@@ -350,6 +363,8 @@ class ChipletSystem:
                 "description": self.description,
                 "frequency_hz": self.frequency_hz,
                 "dtype": self.device_dtype,
+                **({"accumulator_bytes": dict(self.accumulator_bytes)}
+                   if self.accumulator_bytes else {}),
             },
             "noc": {"auto": False},
             "nop": {"auto": False},

@@ -20,6 +20,9 @@ Compact form (a grid shorthand)::
                                    # optional shorthand: every cluster whose macs_per_cycle is
                                    #   a number also computes these dtypes at this fraction of
                                    #   its default-dtype rate (rounded down, at least 1)
+    accumulator_bytes = {int8 = 3} # optional: bytes of the accumulators of MACs at a dtype
+                                   #   (1..8; default 4: int32, fp32), the width partial sums
+                                   #   are held and sent at (never narrower than the dtype)
 
     [grid]
     rows = 4                       # required, >= 1 (y runs over rows); a system has at most
@@ -167,7 +170,8 @@ chiplet coordinate): far beyond any real system, small enough that a typo such a
 _ROOT_KEYS = ("system", "grid", "chiplet", "noc", "nop", "link", "dram", "faults",
               "calibration")
 _CALIBRATION_KEYS = ("flow_efficiency", "flit_error", "workload", "fingerprint")
-_SYSTEM_KEYS = ("name", "description", "frequency_hz", "dtype", "dtype_macs")
+_SYSTEM_KEYS = ("name", "description", "frequency_hz", "dtype", "dtype_macs",
+                "accumulator_bytes")
 _GRID_KEYS = ("rows", "cols", "chiplet")
 _TEMPLATE_KEYS = ("name", "layout", "local_cols", "static_power_w", "cluster")
 _CHIPLET_KEYS = ("name", "x", "y", "layout", "local_cols", "static_power_w", "cluster")
@@ -442,6 +446,13 @@ class _Builder:
         self.dtype = self.get_str(sys_tbl, "dtype", "system", _DEFAULT_DTYPE)
         if self.dtype not in DEVICE_DTYPES:
             self.bad("system.dtype", self.dtype, f"one of {', '.join(DEVICE_DTYPES)}")
+        widths = sys_tbl.get("accumulator_bytes", {})
+        path = "system.accumulator_bytes"
+        if not isinstance(widths, dict):
+            self.bad(path, widths, "a table {dtype = bytes of its accumulators}")
+        self.accumulators = tuple(
+            (dtype, self.get_int(widths, dtype, path, 1, maximum=8))
+            for dtype in DEVICE_DTYPES if dtype in {self.dtype_key(k, path) for k in widths})
         if "dtype_macs" not in sys_tbl:
             return
         path = "system.dtype_macs"
@@ -1117,6 +1128,7 @@ class _Builder:
             source=self.source,
             device_dtype=self.dtype,
             has_energy=has_energy,
+            accumulator_bytes=self.accumulators,
         )
 
     def check_connected(self, clusters: list[Cluster], links: list[Link], faulty: bool) -> None:

@@ -18,7 +18,7 @@ from tvm import relax
 
 from tvm_chiplet.passes.analysis.op_graph import OpGraph, OpNode
 from tvm_chiplet.passes.attrs import ATTR_IN_PLACE, CALL_TIR, is_partial_sum
-from tvm_chiplet.targets.system import DTYPE_BYTES, partial_sum_bytes
+from tvm_chiplet.targets.system import DTYPE_BYTES, partial_sum_width
 
 # Kinds of the "op_pattern" attribute that relax.transform.AnnotateTIROpPattern writes.
 _OUTPUT_SIZED_PATTERNS = (0, 1, 2)  # elementwise, broadcast, injective
@@ -48,30 +48,36 @@ def _static_dims(ty: relax.TensorType, what: str) -> list[int]:
 
 
 def tensor_bytes(ty: tvm.ir.Type, what: str, device_dtype: str | None = None,
-                 partial: bool = False) -> int:
+                 partial_width: int | None = None) -> int:
     """Bytes of a value of type ``ty`` (tensor or tuple of tensors) with static shape.
 
     With ``device_dtype``, a floating-point tensor counts ``DTYPE_BYTES[device_dtype]`` bytes
-    per element (module docstring), or :func:`~tvm_chiplet.targets.system.partial_sum_bytes`
-    when it is a ``partial`` sum; without it, every tensor counts at its IR dtype.
+    per element (module docstring), or ``partial_width`` when it is a partial sum (given for
+    those only); without it, every tensor counts at its IR dtype.
     """
     if isinstance(ty, relax.TensorType):
         dtype = tvm.runtime.DataType(str(ty.dtype))
         if device_dtype is not None and dtype.type_code in _FLOAT_CODES:
-            width = (partial_sum_bytes(device_dtype) if partial
-                     else DTYPE_BYTES[device_dtype]) * dtype.lanes
+            width = (partial_width or DTYPE_BYTES[device_dtype]) * dtype.lanes
         else:
             width = (dtype.bits * dtype.lanes + 7) // 8
         return math.prod(_static_dims(ty, what)) * width
     if isinstance(ty, tvm.ir.TupleType):
-        return sum(tensor_bytes(field, what, device_dtype, partial) for field in ty.fields)
+        return sum(tensor_bytes(field, what, device_dtype, partial_width)
+                   for field in ty.fields)
     return 0
 
 
-def value_bytes(var: relax.Var, what: str, device_dtype: str | None = None) -> int:
-    """:func:`tensor_bytes` of ``var``, a partial sum's at its width (:func:`~tvm_chiplet.
-    passes.attrs.is_partial_sum`)."""
-    return tensor_bytes(var.ty, what, device_dtype, is_partial_sum(var))
+def value_bytes(var: relax.Var, what: str, device_dtype: str | None = None,
+                partial_width: int | None = None) -> int:
+    """:func:`tensor_bytes` of ``var``; a partial sum (:func:`~tvm_chiplet.passes.attrs.
+    is_partial_sum`) counts ``partial_width`` bytes an element, by default
+    :func:`~tvm_chiplet.targets.system.partial_sum_width` of ``device_dtype`` (a system's is
+    :attr:`~tvm_chiplet.targets.system.ChipletSystem.partial_sum_bytes`)."""
+    if device_dtype is None or not is_partial_sum(var):
+        return tensor_bytes(var.ty, what, device_dtype)
+    return tensor_bytes(var.ty, what, device_dtype,
+                        partial_width or partial_sum_width(device_dtype))
 
 
 def tensor_elements(ty: tvm.ir.Type, what: str) -> int:
@@ -279,7 +285,8 @@ def _read_fractions(mod: tvm.IRModule, call: relax.Call, cache: dict) -> dict[in
             if i in fractions and isinstance(arg, relax.Var)}
 
 
-def extract_op_graph(mod: tvm.IRModule, device_dtype: str | None = None) -> OpGraph:
+def extract_op_graph(mod: tvm.IRModule, device_dtype: str | None = None,
+                     partial_width: int | None = None) -> OpGraph:
     """Build the :class:`OpGraph` of ``main`` of a reduced module.
 
     Parameters
@@ -291,6 +298,8 @@ def extract_op_graph(mod: tvm.IRModule, device_dtype: str | None = None) -> OpGr
     device_dtype : str, optional
         Count floating-point tensors at this device precision (module docstring); default the
         IR's own dtypes.
+    partial_width : int, optional
+        Bytes per element of a partial sum at ``device_dtype`` (:func:`value_bytes`).
 
     Returns
     -------
@@ -315,7 +324,7 @@ def extract_op_graph(mod: tvm.IRModule, device_dtype: str | None = None) -> OpGr
     for op_id, binding in enumerate(bindings):
         value = binding.value
         out_bytes = value_bytes(binding.var, f"value {binding.var.name} (op {op_id})",
-                                device_dtype)
+                                device_dtype, partial_width)
         weight_bytes, flops = 0, 0.0
         if isinstance(value, relax.Call) and value.op.same_as(CALL_TIR):
             kind, name = "call_tir", value.args[0].name_hint
@@ -331,7 +340,7 @@ def extract_op_graph(mod: tvm.IRModule, device_dtype: str | None = None) -> OpGr
                 else type(value).__name__
         graph.add_node(op_id)
         sizes = {var: known[hash(var)] if hash(var) in known
-                 else value_bytes(var, f"value {var.name}", device_dtype)
+                 else value_bytes(var, f"value {var.name}", device_dtype, partial_width)
                  for var in _value_vars(value)}
         for var, nbytes in sizes.items():
             key = hash(var)

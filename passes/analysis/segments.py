@@ -17,7 +17,7 @@ from tvm_chiplet.passes.analysis.extract_op_graph import (
     tensor_bytes,
     value_bytes,
 )
-from tvm_chiplet.passes.attrs import ATTR_CLUSTER, CALL_TIR, call_placement, is_partial_sum
+from tvm_chiplet.passes.attrs import ATTR_CLUSTER, CALL_TIR, call_placement
 
 
 @dataclass
@@ -79,13 +79,15 @@ class SegmentSchedule:
         }
 
 
-def read_segments(mod: tvm.IRModule, device_dtype: str | None = None) -> SegmentSchedule:
+def read_segments(mod: tvm.IRModule, device_dtype: str | None = None,
+                  partial_width: int | None = None) -> SegmentSchedule:
     """Describe ``main`` of a module partitioned by :class:`PartitionByCluster`.
 
     Returns the segments in call order with their data sources, the sources of ``main``'s
     results, and the compute ops as tasks whose ``deps`` are ``[producer_task, nbytes]`` pairs
     (a value read through tuple plumbing counts once per reader). Bytes are counted at
-    ``device_dtype`` as :func:`~.extract_op_graph.tensor_bytes` does; a segment result with a
+    ``device_dtype`` as :func:`~.extract_op_graph.value_bytes` does (partial sums at
+    ``partial_width``); a segment result with a
     data-dependent shape counts 0 bytes (it can only be a result of ``main``: the data-dependent
     tail is the last segment's).
     """
@@ -119,16 +121,15 @@ def read_segments(mod: tvm.IRModule, device_dtype: str | None = None) -> Segment
                 cluster=int(func.attrs[ATTR_CLUSTER]),
                 inputs=inputs,
                 output_bytes=[
-                    tensor_bytes(f, f"output of {value.op.name_hint}", device_dtype,
-                                 isinstance(v, relax.Var) and is_partial_sum(v))
-                    if has_static_shape(f) else 0
-                    for f, v in zip(func.ret_ty.fields, func.body.body.fields, strict=True)
+                    _result_bytes(ty, v, f"output of {value.op.name_hint}", device_dtype,
+                                  partial_width)
+                    for ty, v in zip(func.ret_ty.fields, func.body.body.fields, strict=True)
                 ],
             )
             segments.append(segment)
             source[binding.var] = ["segment_tuple", index]
             _segment_tasks(mod, func, segment, producers, tasks, data_dependent, flop_cache,
-                           slice_cache, device_dtype)
+                           slice_cache, device_dtype, partial_width)
         elif isinstance(value, relax.TupleGetItem) and value.tuple_value in source:
             _, index = source[value.tuple_value]
             source[binding.var] = ["segment", index, int(value.index)]
@@ -143,8 +144,19 @@ def read_segments(mod: tvm.IRModule, device_dtype: str | None = None) -> Segment
     return SegmentSchedule(segments, outputs, tasks, [p.name for p in params], data_dependent)
 
 
+def _result_bytes(ty, value: relax.Expr, what: str, device_dtype: str | None,
+                  partial_width: int | None) -> int:
+    """Bytes of a segment's result of type ``ty`` (0 for a data-dependent shape), a partial
+    sum's at ``partial_width``."""
+    if not has_static_shape(ty):
+        return 0
+    if isinstance(value, relax.Var):
+        return value_bytes(value, what, device_dtype, partial_width)
+    return tensor_bytes(ty, what, device_dtype)
+
+
 def _segment_tasks(mod, func, segment, producers, tasks, data_dependent, flop_cache,
-                   slice_cache, device_dtype) -> None:
+                   slice_cache, device_dtype, partial_width) -> None:
     origin: dict[relax.Var, set[int]] = {}
     for param, src in zip(func.params, segment.inputs, strict=True):
         origin[param] = producers.get(tuple(src), set()) if src[0] == "segment" else set()
@@ -157,13 +169,14 @@ def _segment_tasks(mod, func, segment, producers, tasks, data_dependent, flop_ca
         static = all(has_static_shape(v.ty) for v in [*reads, binding.var])
         if is_call_tir and static:
             _, stage, op_id = placed if placed else (segment.cluster, 0, -1)
-            sizes = {var: value_bytes(var, var.name, device_dtype) for var in reads}
+            sizes = {var: value_bytes(var, var.name, device_dtype, partial_width)
+                     for var in reads}
             deps: dict[int, int] = {}
             for var, nbytes in sizes.items():
                 for producer in origin.get(var, ()):
                     deps[producer] = deps.get(producer, 0) + nbytes
             weight_bytes = call_tir_weight_bytes(value, device_dtype)
-            output = value_bytes(binding.var, binding.var.name, device_dtype)
+            output = value_bytes(binding.var, binding.var.name, device_dtype, partial_width)
             read, written = moved_bytes(mod, value, sizes, output, slice_cache)
             tasks.append(
                 Task(

@@ -14,7 +14,6 @@ from tvm_chiplet.passes.planners.placement import (
     part_bytes,
     tiles_by,
 )
-from tvm_chiplet.targets.system import partial_sum_scale
 from tvm_chiplet.targets.workload import (
     WorkItem,
     build_workload,
@@ -25,7 +24,7 @@ from tvm_chiplet.targets.workload import (
 
 def placement_items(problem: PlanningProblem, placement: Placement) -> list[WorkItem]:
     """The work items of ``placement`` on ``problem.graph`` (:func:`graph_items`)."""
-    return graph_items(problem.graph, placement, partial_sum_scale(problem.system.device_dtype))
+    return graph_items(problem.graph, placement, problem.system.partial_sum_scale)
 
 
 def built_items(problem: PlanningProblem, placement: Placement) -> list[WorkItem]:
@@ -46,7 +45,7 @@ def graph_items(graph: OpGraph, placement: Placement, partial_scale: float = 1.0
     plus a combine item (concat, or add for a reduction dimension) on the op's cluster, which
     its consumers read; the parts of a reduction send their partial sums at
     ``partial_scale`` times the bytes of the output
-    (:func:`~tvm_chiplet.targets.system.partial_sum_scale`). A placement with
+    (:attr:`~tvm_chiplet.targets.system.ChipletSystem.partial_sum_scale`). A placement with
     :attr:`Placement.replicas` gives the items of one input on every copy
     (:func:`replicate_items`), copy 0 first.
     """

@@ -61,7 +61,6 @@ from tvm_chiplet.passes.planners.placement import (
     tiles_by,
 )
 from tvm_chiplet.targets import collectives, cost_model
-from tvm_chiplet.targets.system import partial_sum_scale
 from tvm_chiplet.targets.topology import Topology
 from tvm_chiplet.targets.workload import STREAM_BUFFER_FRACTION
 
@@ -374,7 +373,7 @@ class LayoutCosts:
         self._per_byte: dict[tuple[Layout, Layout], tuple[float, float]] = {}
         self._compute: dict[tuple, tuple] = {}
         system = problem.system
-        self.partial_scale = partial_sum_scale(system.device_dtype)  # sent at accumulator width
+        self.partial_scale = system.partial_sum_scale  # partial sums: the accumulators' width
         efficiency = system.calibration.factor("dram") if system.calibration else 1.0
         self.pooled = pooled
         self.dram_rate = max(pool_stream_rate(problem, dram_share, copies) if pooled else

@@ -120,8 +120,8 @@ def part_bytes(input_bytes: float, output_bytes: float, weight_bytes: float, dim
     along an activation dimension (rows, batch) it reads ``1/k`` of the input and holds all
     the weights; along a reduction dimension it reads ``1/k`` of both and writes a whole-size
     partial sum, ``partial_scale`` times the output's size in bytes
-    (:func:`~tvm_chiplet.targets.system.partial_sum_scale`). ``dim=None`` (with ``parts=1``)
-    is the whole op.
+    (:attr:`~tvm_chiplet.targets.system.ChipletSystem.partial_sum_scale`). ``dim=None``
+    (with ``parts=1``) is the whole op.
     """
     by = tiles_by(dim)
     if by is not None:  # a band of the input (its halo left out), 1 / by of the weights

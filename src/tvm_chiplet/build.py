@@ -370,8 +370,9 @@ def build(
     if partitioned.attrs is not None and ATTR_PLACEMENT in partitioned.attrs:
         placement = json.loads(str(partitioned.attrs[ATTR_PLACEMENT]))
     placement = placement or {}
-    plan = describe_plan(read_segments(partitioned, chiplet_target.system.device_dtype),
-                         chiplet_target.system, strategy_name,
+    system = chiplet_target.system
+    plan = describe_plan(read_segments(partitioned, system.device_dtype, system.partial_sum_bytes),
+                         system, strategy_name,
                          placement.get("dram_policy", "interleave"),
                          [tuple(share) for share in placement.get("dram_shares", [])],
                          placement.get("replicas", []),

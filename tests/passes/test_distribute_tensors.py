@@ -122,19 +122,23 @@ def test_a_partial_sum_followed_by_an_elementwise_op_is_reduce_scattered():
         (2 * half, 0, 2), (2 * half, 0, 3), (half, 2, 3), (half, 3, 2), (half, 3, 2)])
 
 
-@pytest.mark.parametrize("device_dtype, width", [("int8", 1), ("fp16", 2), ("fp32", 4)])
-def test_partial_sums_cross_clusters_at_the_accumulators_width(device_dtype, width):
+@pytest.mark.parametrize("device_dtype, width, accumulators, partial", [
+    ("int8", 1, None, 4), ("fp16", 2, None, 4), ("fp32", 4, None, 4), ("int8", 1, 3, 3)])
+def test_partial_sums_cross_clusters_at_the_accumulators_width(device_dtype, width,
+                                                               accumulators, partial):
     mod = conv_chain()
     reduced, clusters = split_and_check(mod, [DistributedSplit(1, "in_channels", (2, 3))],
                                         (1, 8, 12, 12))
-    graph = extract_op_graph(reduced, device_dtype)
+    graph = extract_op_graph(reduced, device_dtype, accumulators)
     moved = sorted((graph.graph.edges[u, v]["nbytes"], clusters[u], clusters[v])
                    for u, v in graph.graph.edges if clusters[u] != clusters[v])
     # As in the test above, at the device dtype's width, except the halves of the partial
-    # sums that clusters 2 and 3 exchange: 4-byte accumulators (int32, fp32) whatever it is.
+    # sums that clusters 2 and 3 exchange: the accumulators' width (4 bytes, int32 or fp32,
+    # unless the system's accumulators are narrower) whatever the device dtype.
     half = 4 * 12 * 12
     assert moved == sorted([(2 * half * width, 0, 2), (2 * half * width, 0, 3),
-                            (half * 4, 2, 3), (half * 4, 3, 2), (half * width, 3, 2)])
+                            (half * partial, 2, 3), (half * partial, 3, 2),
+                            (half * width, 3, 2)])
 
 
 def test_an_all_gather_is_one_concat_per_reader_of_the_parts_where_they_lie():

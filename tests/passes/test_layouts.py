@@ -464,3 +464,7 @@ def test_partial_sums_move_at_the_accumulators_width_whatever_the_device_dtype()
         by_dtype["fp32"].move(sharded, replicated, 1e6))
     assert by_dtype["int8"].move(sharded, replicated, 1e6) < by_dtype["fp32"].move(
         sharded, replicated, 4e6) / 3
+    # Accumulators of 2 bytes ([system] accumulator_bytes): half what 4 bytes cost.
+    narrow = dataclasses.replace(system.with_device_dtype("int8"), accumulator_bytes=(("int8", 2),))
+    assert LayoutCosts(PlanningProblem(CHAIN, narrow, Topology(narrow), DIMS)).move(
+        partial, sharded, 1e6) == pytest.approx(by_dtype["fp32"].move(partial, sharded, 2e6))

@@ -7,6 +7,7 @@ import pytest
 import tvm
 from tvm import relax
 
+import tvm_chiplet
 from tvm_chiplet.passes import ReduceGraph
 from tvm_chiplet.passes.analysis.extract_op_graph import extract_op_graph
 from tvm_chiplet.passes.attrs import call_placement
@@ -16,10 +17,11 @@ from tvm_chiplet.passes.plan_split_placement import (
     split_problem,
 )
 from tvm_chiplet.passes.planners import PlanningError
+from tvm_chiplet.passes.planners.evaluate import simulate_placement
 from tvm_chiplet.passes.planners.placement import OpSplit, Placement
-from tvm_chiplet.runtime.device import simulate_workload
+from tvm_chiplet.runtime.device import simulate_plan, simulate_workload
 from tvm_chiplet.targets.system_generators import mesh_system
-from tvm_chiplet.targets.system_toml import load_system
+from tvm_chiplet.targets.system_toml import PRESET_DIR, load_system
 from tvm_chiplet.tools import models
 from tvm_chiplet.tools.frontends import load_model
 
@@ -28,6 +30,18 @@ SYSTEM = load_system("cluster-4")
 
 def small_cnn():
     return load_model(models.get_model("small-cnn"))
+
+
+class SplitSecondAnchorsInputChannels:
+    """A planner that splits the second conv along its input channels over clusters 1 and 2."""
+
+    name = "split-second"
+
+    def plan(self, problem):
+        second = sorted(problem.split_dims)[1]
+        n = len(problem.graph.ops)
+        return Placement(self.name, (0,) * n, (0,) * n, (0,),
+                         splits=(OpSplit(second, "in_channels", (1, 2)),))
 
 
 class SplitFirstAnchor:
@@ -202,3 +216,28 @@ def test_a_split_over_a_disconnected_group_is_refused_before_anything_is_realise
     with pytest.raises(PlanningError, match=r"disconnected group: no live links of its "
                                             r"sub-mesh join its 2 islands"):
         PlanSplitPlacement(faulty, AcrossTheDeadLink())(small_cnn())
+
+
+def test_partial_sums_cross_clusters_at_the_width_the_system_gives_its_accumulators(tmp_path):
+    # cluster-4 computes in int8. Its partial sums are 4 bytes an element by default; with
+    # [system] accumulator_bytes = {int8 = 2}, 2. The two halves of the second conv's partial
+    # sums that clusters 1 and 2 exchange (one output's elements in all) shrink by that much,
+    # in the compiled plan as in the realised module the planner judges.
+    model = models.get_model("small-cnn")
+    preset = (PRESET_DIR / "cluster-4.toml").read_text()
+    config = tmp_path / "narrow.toml"
+    config.write_text(preset.replace("[system]\n", "[system]\naccumulator_bytes = {int8 = 2}\n"))
+    crossing = {}
+    for name, target in (("default", "chiplet/cluster-4"), ("narrow", f"chiplet -config={config}")):
+        lib = tvm_chiplet.build(model, target=target, strategy=SplitSecondAnchorsInputChannels())
+        tasks = lib.plan["tasks"]
+        crossing[name] = sum(nbytes for task in tasks for producer, nbytes in task["deps"]
+                             if tasks[producer]["cluster"] != task["cluster"])
+        mod = load_model(model)
+        problem, _ = split_problem(mod, ReduceGraph()(mod), lib.system, simulate_workload)
+        placement = SplitSecondAnchorsInputChannels().plan(problem)
+        judged = simulate_placement(problem, placement, 1, as_built=True).total_cycles
+        assert judged == pytest.approx(simulate_plan(lib.plan, lib.system, 1).total_cycles,
+                                       rel=1e-12)
+    second = problem.graph.ops[sorted(problem.split_dims)[1]]
+    assert crossing["default"] - crossing["narrow"] == (4 - 2) * second.output_bytes

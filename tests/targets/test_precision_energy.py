@@ -146,6 +146,36 @@ def test_dtype_macs_fraction_must_be_positive():
         ChipletSystem.from_dict(precision_dict(dtype_macs={"fp16": 0}))
 
 
+def test_partial_sums_are_as_wide_as_the_accumulators_of_the_device_dtype():
+    # By default 4 bytes (int32 for int8 MACs, fp32 otherwise); [system] accumulator_bytes
+    # sets a dtype's (e.g. 24-bit int8 accumulators), never below the dtype's own width.
+    macs = {"int8": 1024, "fp16": 512, "fp32": 128}
+    default = ChipletSystem.from_dict(precision_dict(macs=macs))
+    assert default.accumulator_bytes == ()
+    assert [(default.with_device_dtype(d).partial_sum_bytes,
+             default.with_device_dtype(d).partial_sum_scale) for d in ("int8", "fp16", "fp32")] \
+        == [(4, 4.0), (4, 2.0), (4, 1.0)]
+    data = precision_dict(macs=macs)
+    data["system"]["accumulator_bytes"] = {"int8": 3, "fp16": 1}
+    narrow = ChipletSystem.from_dict(data)
+    assert [narrow.with_device_dtype(d).partial_sum_bytes for d in ("int8", "fp16", "fp32")] \
+        == [3, 2, 4]
+    assert ChipletSystem.from_dict(narrow.to_dict()) == narrow != default
+
+
+@pytest.mark.parametrize(("widths", "pattern"), [
+    ({"int4": 3}, r"system\.accumulator_bytes\.int4: unknown dtype 'int4'; expected one of int8"),
+    ({"int8": 0}, r"system\.accumulator_bytes\.int8: found 0; expected an integer in 1\.\.8"),
+    ({"int8": 2.5}, r"system\.accumulator_bytes\.int8: found 2\.5; expected an integer in"),
+    (4, r"system\.accumulator_bytes: found 4; expected a table \{dtype = bytes of its "),
+])
+def test_bad_accumulator_widths_name_the_field(widths, pattern):
+    data = precision_dict()
+    data["system"]["accumulator_bytes"] = widths
+    with pytest.raises(SystemConfigError, match=pattern):
+        ChipletSystem.from_dict(data)
+
+
 def test_with_device_dtype_switches_rates_and_bytes():
     system = ChipletSystem.from_dict(precision_dict(macs=1024, dtype_macs={"fp32": 0.125}))
     fp32 = system.with_device_dtype("fp32")
