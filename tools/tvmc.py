@@ -72,8 +72,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
         f"transfers -> {args.output}"
     )
     _print_faults(plan.get("faults"))
+    partial = plan.get("partial_sum_bytes")
     print(f"  device model: {plan['device_dtype']}; "
-          f"host numerics: {', '.join(plan['host_dtypes'])}")
+          f"host numerics: {', '.join(plan['host_dtypes'])}"
+          + (f"; partial sums: {partial} bytes an element" if partial else ""))
     fetches = plan.get("dram_fetches", [])
     if fetches:
         microbatch = plan.get("microbatch", 1)

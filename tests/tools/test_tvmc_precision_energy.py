@@ -35,9 +35,11 @@ def test_device_dtype_scales_bytes_not_host_numerics(small_cnn, tmp_path, capsys
     int8 = compile_plan(root, tmp_path / "int8.tar", "--device-dtype", "int8")
     fp32 = compile_plan(root, tmp_path / "fp32.tar", "--device-dtype", "fp32")
     summary = capsys.readouterr().out
-    assert "device model: int8; host numerics: fp32" in summary
-    assert "device model: fp32; host numerics: fp32" in summary
+    # Partial sums are 4-byte accumulators at both (int32, fp32).
+    assert "device model: int8; host numerics: fp32; partial sums: 4 bytes an element" in summary
+    assert "device model: fp32; host numerics: fp32; partial sums: 4 bytes an element" in summary
     assert (int8["device_dtype"], fp32["device_dtype"]) == ("int8", "fp32")
+    assert int8["partial_sum_bytes"] == fp32["partial_sum_bytes"] == 4
     weights = [sum(t["weight_bytes"] for t in plan["tasks"]) for plan in (int8, fp32)]
     assert weights[1] == 4 * weights[0] > 0
     assert main(["run", str(tmp_path / "int8.tar"), "--inputs", str(root / "in.npz"),
