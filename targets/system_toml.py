@@ -325,6 +325,7 @@ class _Builder:
         self.source = source
         self.dtype = _DEFAULT_DTYPE
         self.dtype_macs: dict[str, float] = {}
+        self.accumulators: tuple[tuple[str, int], ...] = ()  # [system] accumulator_bytes
         # Energy is all or nothing: the first coefficient given and the first one missing.
         self.energy_given: str | None = None
         self.energy_missing: tuple[str, str] | None = None
@@ -450,9 +451,9 @@ class _Builder:
         path = "system.accumulator_bytes"
         if not isinstance(widths, dict):
             self.bad(path, widths, "a table {dtype = bytes of its accumulators}")
-        self.accumulators = tuple(
-            (dtype, self.get_int(widths, dtype, path, 1, maximum=8))
-            for dtype in DEVICE_DTYPES if dtype in {self.dtype_key(k, path) for k in widths})
+        listed = {self.dtype_key(key, path) for key in widths}
+        self.accumulators = tuple((dtype, self.get_int(widths, dtype, path, 1, maximum=8))
+                                  for dtype in DEVICE_DTYPES if dtype in listed)
         if "dtype_macs" not in sys_tbl:
             return
         path = "system.dtype_macs"
