@@ -130,7 +130,8 @@ def bench_case(graph, healthy: ChipletSystem, healthy_plan, healthy_rate: float,
         ok &= routes_ok(healthy, faulty, workload)
         sim = _simulate(problem, workload, batches, placement)
         row[f"{name}_retained"] = sim.throughput_per_cycle / healthy_rate
-    items = oblivious_items(healthy, faulty, graph_items(graph, healthy_plan))
+    items = oblivious_items(healthy, faulty,
+                            graph_items(graph, healthy_plan, healthy.partial_sum_scale))
     policy = "nearest" if healthy_plan.dram_policy == "balanced" else healthy_plan.dram_policy
     workload = build_workload(items, faulty, problem.topology, policy,
                               microbatch=healthy_plan.microbatch)
