@@ -81,6 +81,7 @@ from tvm_chiplet.passes.split_operators import (
     conv2d_like,
     even_bounds,
     matmul_batch_operands,
+    part_name,
     static_shape,
 )
 from tvm_chiplet.targets.collectives import reduce_ring
@@ -343,10 +344,7 @@ class _Distributor:
             return self.use(self._cut(layout.var, {axis: (lo, hi)}, f"{name}_cut",
                                       layout.cluster), cluster)
         if isinstance(layout, _Partial):
-            pieces = [self.use(self._cut(p, {axis: (lo, hi)}, f"{name}{PARTIAL_SUM}_cut", c),
-                               cluster)
-                      for p, c in zip(layout.parts, layout.clusters, strict=True)]
-            return self._sum(pieces, name, cluster)
+            return self._summed(layout.parts, layout.clusters, {axis: (lo, hi)}, name, cluster)
         if isinstance(layout, _Tiled):
             return self._tiled_region(layout, name, {axis: (lo, hi)}, cluster)
         return self._sharded_box(layout, name, {axis: (lo, hi)}, cluster)
@@ -467,6 +465,13 @@ class _Distributor:
         return self.emit(
             relax.op.strided_slice(var, axes=[axis], begin=[lo], end=[hi]), name, cluster
         )
+
+    def _summed(self, parts: Sequence[relax.Var], clusters: Sequence[int],
+                box: dict[int, tuple[int, int]], name: str, cluster: int) -> relax.Expr:
+        """The region ``box`` of partial sums ``parts`` (on ``clusters``) summed on
+        ``cluster``: each part cut where it lies and sent."""
+        return self._sum([self.use(self._cut(p, box, f"{name}{PARTIAL_SUM}_cut", c), cluster)
+                          for p, c in zip(parts, clusters, strict=True)], name, cluster)
 
     def _sum(self, pieces: list[relax.Expr], name: str, cluster: int) -> relax.Expr:
         total = pieces[0]
@@ -1125,12 +1130,11 @@ class _Distributor:
             return _Tiled(rows, channels, tuple(parts), clusters, row_axis, channel_axis)
         size = _anchor_size(call, dim)
         bounds = tuple(even_bounds(size, len(clusters)))
-        partial = dim in REDUCTION_DIMS
         parts = []
         for p, ((b, e), c) in enumerate(zip(bounds, clusters, strict=True)):
-            name = f"{var.name}{PARTIAL_SUM if partial else '_p'}{p}"
-            parts.append(self.emit(part(call, dim, b, e, c), name, c))
-        if partial:
+            parts.append(self.emit(part(call, dim, b, e, c), part_name(var.name, dim, p, "_p"),
+                                   c))
+        if dim in REDUCTION_DIMS:
             return _Partial(tuple(parts), clusters)
         out = _shape(var)
         if conv:
@@ -1177,9 +1181,7 @@ class _Distributor:
         for s, (begin, end) in enumerate(slices):
             cuts = even_bounds(end - begin, min(m, end - begin))
             for cut, dst in zip(cuts, owners[s], strict=False):
-                pieces.append(self._sum(
-                    [self.use(self._cut(part, {axis: cut}, f"{var.name}{PARTIAL_SUM}_cut", c), dst)
-                     for part, c in zip(parts[s], owners[s], strict=True)], var.name, dst))
+                pieces.append(self._summed(parts[s], owners[s], {axis: cut}, var.name, dst))
                 bounds.append((begin + cut[0], begin + cut[1]))
                 holders.append(dst)
         return _Sharded(axis, tuple(bounds), tuple(pieces), tuple(holders))

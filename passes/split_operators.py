@@ -27,10 +27,10 @@ _MATMUL = tvm.ir.Op.get("relax.matmul")
 _SUMMED_DIMS = set(REDUCTION_DIMS)
 
 
-def _part_name(name: str, dim: str, index: int) -> str:
+def part_name(name: str, dim: str, index: int, plain: str = "_part") -> str:
     """The name of part ``index`` of ``name`` split along ``dim``: a partial sum's
-    (:data:`~.attrs.PARTIAL_SUM`) along a summed dimension."""
-    return f"{name}{PARTIAL_SUM if dim in _SUMMED_DIMS else '_part'}{index}"
+    (:data:`~.attrs.PARTIAL_SUM`) along a summed dimension, else with ``plain``."""
+    return f"{name}{PARTIAL_SUM if dim in _SUMMED_DIMS else plain}{index}"
 
 
 @dataclass(frozen=True)
@@ -350,7 +350,7 @@ def _conv2d_parts(splitter: _Splitter, call: relax.Call, dim: str,
             part_data = splitter.slice_axis(data, 2, rows, f"{name}_data{i}")
             changes = {"padding": [0, left, 0, right]}
         part = conv2d_like(call, part_data, part_weight, **changes)
-        parts.append(splitter.builder_.emit(part, _part_name(name, dim, i)))
+        parts.append(splitter.builder_.emit(part, part_name(name, dim, i)))
     return parts, {"batch": 0, "out_channels": 1, "in_channels": 1, "rows": 2}[dim]
 
 
@@ -381,7 +381,7 @@ def _matmul_parts(splitter: _Splitter, call: relax.Call, dim: str,
             for operand, axis, role in zip(operands, axes, ("a", "b"), strict=True)
         ]
         part = relax.Call(call.op, args, call.attrs)
-        parts.append(splitter.builder_.emit(part, _part_name(name, dim, i)))
+        parts.append(splitter.builder_.emit(part, part_name(name, dim, i)))
     return parts, out_axis
 
 
