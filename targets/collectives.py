@@ -13,6 +13,7 @@ too (:func:`reduce_ring`): the sums are accumulated hop by hop instead of sent w
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections import Counter
 from collections.abc import Sequence
@@ -100,15 +101,59 @@ def _busiest(loads: Counter) -> int:
 
 def direct_load(topology: Topology, clusters: Sequence[int], multicast: bool = True) -> Counter:
     """Parts each link carries when every member sends its part to every other directly (as
-    one multicast tree where every link on the way multicasts, unless ``multicast`` is False:
-    each member a distinct part to every other, as a reduce-scatter sends them)."""
+    one multicast tree where every link on the way multicasts, in the orders
+    :func:`y_first_sources` picks, unless ``multicast`` is False: each member a distinct part
+    to every other, as a reduce-scatter sends them)."""
+    members = tuple(sorted(set(clusters)))
+    trees = _tree_loads(topology, members, y_first_sources(topology, members)) if multicast \
+        else None
+    if trees is not None:
+        return trees
     loads: Counter = Counter()
-    for source in clusters:
-        routes = [topology.route(source, d) for d in clusters if d != source]
-        links = [link for route in routes for link in route]
-        if multicast and all(topology.system.links[link].multicast for link in links):
-            links = list(set(links))  # one multicast tree: each link once
-        loads.update(links)
+    for source in members:
+        loads.update(link for d in members if d != source for link in topology.route(source, d))
+    return loads
+
+
+def y_first_sources(topology: Topology, members: Sequence[int]) -> frozenset[int]:
+    """The members whose multicast trees to the rest of ``members`` take their chiplet-grid legs
+    Y then X (:meth:`~tvm_chiplet.targets.topology.Topology.tree_route`).
+
+    In an all-gather every member's tree fans out at once, and X-first trees alone funnel into
+    the links of the second dimension: on a 6x6 mesh they put 30 of the 35 parts a corner
+    receives on its one vertical link. Trees alternating by chiplet colour (Y first from
+    chiplets with odd ``x + y``) put 18 on the busiest link, what a corner's two links must
+    carry anyway, but on a 2-wide group they load it more than X-first trees along the long
+    side. So of three choices (none, the odd colour, all) the one whose trees load the busiest
+    link least is taken, the earlier on a tie."""
+    members = tuple(sorted(set(members)))
+    known = _ORDERS.setdefault(topology, {})
+    if members not in known:
+        system = topology.system
+        odd = frozenset(c for c in members
+                        if (system.chiplet_of(c).x + system.chiplet_of(c).y) % 2 == 1)
+        best, best_load = frozenset(), math.inf
+        for choice in (frozenset(), odd, frozenset(members)):
+            loads = _tree_loads(topology, members, choice)
+            if loads is None:
+                break  # not every link on the way multicasts: no trees to choose
+            if _busiest(loads) < best_load:
+                best, best_load = choice, _busiest(loads)
+        known[members] = best
+    return known[members]
+
+
+def _tree_loads(topology: Topology, members: tuple[int, ...], y_first: frozenset[int]
+                ) -> Counter | None:
+    """Parts each link carries when every member multicasts its part to the others as one tree
+    (Y first from ``y_first``); None when a tree crosses a link that does not multicast."""
+    loads: Counter = Counter()
+    for source in members:
+        tree = {link for d in members if d != source
+                for link in topology.tree_route(source, d, source in y_first)}
+        if not all(topology.system.links[link].multicast for link in tree):
+            return None
+        loads.update(tree)
     return loads
 
 
@@ -159,6 +204,9 @@ def _lighter_ring(topology: Topology, clusters: Sequence[int], multicast: bool
         known[key] = tuple(order) if lighter else None
     return known[key]
 
+
+_ORDERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""Each topology's tree orders, by members (:func:`y_first_sources`)."""
 
 _RINGS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 """Each topology's rings, by (members, multicast): every workload of a planner's candidates

@@ -25,6 +25,15 @@ and the routes are consistent (deterministic, one path per ordered pair):
     rules out cyclic channel dependencies. Among the legal routes the one with fewest hops is
     taken, ties broken by the lexicographically smallest sequence of link ids.
 
+Multicast trees
+---------------
+A value sent to several clusters at once, where routers replicate packets, goes as one tree: the
+union of its branches (:meth:`Topology.tree_route`). On the dimension-order schemes a tree may
+take its chiplet-grid legs X then Y, as the system's routes do, or Y then X; which one each
+member of a group takes is :mod:`~tvm_chiplet.targets.collectives`' choice. Each order keeps to
+its own virtual-channel class, as O1TURN routes unicast packets (Seo et al., ISCA 2005), so the
+trees stay free of cyclic channel dependencies. Up*/down* trees take the system's routes.
+
 All routes are cached per :class:`Topology`. Builders for synthetic studies live in
 :mod:`tvm_chiplet.targets.system_generators`.
 """
@@ -92,6 +101,7 @@ class Topology:
         self._wrap_x = self._wrap_y = False
         self.scheme = self._choose_scheme()
         self._routes: dict[tuple[int, int], tuple[int, ...]] = {}
+        self._tree_routes: dict[tuple[int, int], tuple[int, ...]] = {}
         self._updown_rank: dict[int, tuple[int, int]] = {}
         self._updown_dist: dict[int, dict[tuple[int, int], int]] = {}
         if self.scheme == "up-down":
@@ -164,6 +174,18 @@ class Topology:
             self._routes[key] = path
         return self._routes[key]
 
+    def tree_route(self, src: int, dst: int, y_first: bool = False) -> list[int]:
+        """Link ids from ``src`` to ``dst`` on a multicast tree rooted at ``src``: the chiplet-grid
+        legs Y then X when ``y_first`` on a dimension-order scheme, else :meth:`route` (module
+        docstring). The branches from one source in one order form a tree."""
+        path = self._path(src, dst)  # checks the ids
+        if not y_first or self.scheme == "up-down" or not path:
+            return list(path)
+        key = (self._node(src), self._node(dst))
+        if key not in self._tree_routes:
+            self._tree_routes[key] = self._dor_route(*key, y_first=True)
+        return list(self._tree_routes[key])
+
     def route_latency(self, src: int, dst: int) -> float:
         """Sum of link latencies (cycles) on the route from ``src`` to ``dst``."""
         return sum(self.system.links[i].latency for i in self.route(src, dst))
@@ -222,7 +244,7 @@ class Topology:
             coords.append(pos)
         return coords
 
-    def _dor_route(self, src: int, dst: int) -> tuple[int, ...]:
+    def _dor_route(self, src: int, dst: int, y_first: bool = False) -> tuple[int, ...]:
         system = self.system
         a, b = system.clusters[src], system.clusters[dst]
         if a.chiplet == b.chiplet:
@@ -232,10 +254,16 @@ class Topology:
         nodes = self._local_path(a, gate_a)
         sx, sy = ca.x - self._x0, ca.y - self._y0
         tx, ty = cb.x - self._x0, cb.y - self._y0
-        for x in self._steps(sx, tx, self.cols, self._wrap_x):
-            nodes.append(system.chiplets[self._chiplet_at[(x, sy)]].gateway)
-        for y in self._steps(sy, ty, self.rows, self._wrap_y):
-            nodes.append(system.chiplets[self._chiplet_at[(tx, y)]].gateway)
+        if y_first:
+            for y in self._steps(sy, ty, self.rows, self._wrap_y):
+                nodes.append(system.chiplets[self._chiplet_at[(sx, y)]].gateway)
+            for x in self._steps(sx, tx, self.cols, self._wrap_x):
+                nodes.append(system.chiplets[self._chiplet_at[(x, ty)]].gateway)
+        else:
+            for x in self._steps(sx, tx, self.cols, self._wrap_x):
+                nodes.append(system.chiplets[self._chiplet_at[(x, sy)]].gateway)
+            for y in self._steps(sy, ty, self.rows, self._wrap_y):
+                nodes.append(system.chiplets[self._chiplet_at[(tx, y)]].gateway)
         nodes.extend(self._local_path(gate_b, b)[1:])
         return tuple(self._walk(nodes))
 

@@ -71,8 +71,8 @@ message), which the simulator sends once over the union of their routes:
 - around a ring of the clusters involved, each forwarding it to its neighbour, when
   :func:`~tvm_chiplet.targets.collectives.gather_ring` finds that an all-gather over them loads
   the busiest link less that way (the messages' routes then follow the ring);
-- else, when every link on the system's routes has ``multicast`` routers, as one multicast
-  tree;
+- else, when every link on the way has ``multicast`` routers, as one multicast tree (its
+  branches :meth:`~tvm_chiplet.targets.topology.Topology.tree_route`);
 - else as separate messages on the system's routes.
 """
 
@@ -84,7 +84,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tvm_chiplet.targets import cost_model
-from tvm_chiplet.targets.collectives import gather_ring, ring_route
+from tvm_chiplet.targets.collectives import gather_ring, ring_route, y_first_sources
 from tvm_chiplet.targets.system import ChipletSystem
 from tvm_chiplet.targets.topology import Topology
 
@@ -527,8 +527,8 @@ def _share_pool_fetches(fetches: list[dict], system: ChipletSystem, topology: To
 def _shared_routes(topology: Topology, system: ChipletSystem, src: int, readers: list[int],
                    known: dict) -> dict[int, list[int]] | None:
     """Routes of one transfer from cluster ``src`` to every reader: around a ring of them when
-    an all-gather over them loads the busiest link less that way, else the system's routes when
-    every link on them has multicast routers; None when neither. ``known`` memoises them by
+    an all-gather over them loads the busiest link less that way, else a multicast tree when
+    every link on it has multicast routers; None when neither. ``known`` memoises them by
     source and readers (a split op's parts fan out to the same groups again and again); the
     lists are shared, and read only."""
     key = (src, frozenset(readers))
@@ -544,7 +544,8 @@ def _fan_out_routes(topology: Topology, system: ChipletSystem, src: int, readers
         routes = {c: ring_route(topology, ring, src, c) for c in readers}
         if all(route is not None for route in routes.values()):
             return routes
-    routes = {c: topology.route(src, c) for c in readers}
+    y_first = src in y_first_sources(topology, (src, *readers))
+    routes = {c: topology.tree_route(src, c, y_first) for c in readers}
     if all(system.links[link].multicast for route in routes.values() for link in route):
         return routes
     return None

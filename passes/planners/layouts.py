@@ -301,7 +301,8 @@ class _Group:
         gather = worst(collectives.direct_load(topology, members))
         ring = collectives.gather_ring(topology, members)
         self.all_gather = worst(collectives.ring_load(topology, ring)) if ring else gather
-        trees = {link for m in members[1:] for link in topology.route(origin, m)}
+        y_first = origin in collectives.y_first_sources(topology, members)
+        trees = {link for m in members[1:] for link in topology.tree_route(origin, m, y_first)}
         if trees and all(system.links[link].multicast for link in trees):
             self.broadcast = worst(Counter(trees))
         elif ring:  # relayed around the ring, pipelined: the slowest hop sets the rate

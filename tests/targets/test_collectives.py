@@ -9,6 +9,7 @@ from tvm_chiplet.targets.collectives import (
     reduce_ring,
     ring_load,
     ring_order,
+    y_first_sources,
 )
 from tvm_chiplet.targets.system_generators import mesh_system
 from tvm_chiplet.targets.system_toml import load_system
@@ -53,12 +54,32 @@ def test_the_ring_halves_the_busiest_link_of_a_direct_gather_on_a_mesh():
     assert gather_ring(topology, members) is not None
 
 
-def test_multicast_trees_are_counted_once_per_link_and_the_ring_still_wins_on_simba():
+def test_multicast_trees_are_counted_once_per_link_and_tie_with_the_ring_on_simba():
     topology = Topology(load_system("simba-6x6"))
     unicast = Topology(mesh_system(6, 6))
     members = range(36)
     assert busiest(direct_load(topology, members)) < busiest(direct_load(unicast, members))
-    assert gather_ring(topology, members) is not None
+    # Trees alternating X-first and Y-first put 18 parts on the busiest link: what a corner's
+    # two links must carry of the 35 it receives. X-first trees alone put 30 on a corner's
+    # vertical link. The ring also carries 18, so the trees (no relaying) are taken.
+    assert busiest(direct_load(topology, members)) == 18
+    assert busiest(ring_load(topology, ring_order(topology, members))) == 18
+    assert gather_ring(topology, members) is None
+
+
+@pytest.mark.parametrize(("rows", "cols", "y_first", "busiest_link"),
+                         [(6, 6, 18, 18), (4, 6, 12, 13), (2, 4, 0, 4), (2, 6, 0, 6)])
+def test_all_gather_trees_take_the_orders_that_load_the_busiest_link_least(
+        rows, cols, y_first, busiest_link):
+    # X-first trees alone: 30 on 6x6 and 18 on 4x6. Alternating by colour: 5 on 2x4 and 8 on
+    # 2x6, so 2-wide groups keep X first (along their long side).
+    topology = Topology(mesh_system(rows, cols, multicast=True))
+    members = range(rows * cols)
+    chosen = y_first_sources(topology, members)
+    assert len(chosen) == y_first
+    assert all((topology.system.chiplet_of(c).x + topology.system.chiplet_of(c).y) % 2
+               for c in chosen)
+    assert busiest(direct_load(topology, members)) == busiest_link
 
 
 def test_small_groups_and_ties_gather_directly():

@@ -78,6 +78,40 @@ def test_xy_route_goes_x_first_then_y():
     assert coords == [(0, 0), (1, 0), (2, 0), (3, 0), (3, 1), (3, 2), (3, 3)]
 
 
+def test_multicast_tree_branches_go_y_first_when_asked():
+    system = mesh_system(6, 6)
+    topology = Topology(system)
+    at = {(system.chiplet_of(n).x, system.chiplet_of(n).y): n for n in range(36)}
+
+    def coords(src, route):
+        nodes = [src, *(system.links[link].dst for link in route)]
+        return [(system.chiplet_of(n).x, system.chiplet_of(n).y) for n in nodes]
+
+    src, goal = at[1, 0], at[3, 2]
+    assert topology.tree_route(src, goal) == topology.route(src, goal)
+    assert coords(src, topology.tree_route(src, goal)) == [
+        (1, 0), (2, 0), (3, 0), (3, 1), (3, 2)]
+    assert coords(src, topology.tree_route(src, goal, y_first=True)) == [
+        (1, 0), (1, 1), (1, 2), (2, 2), (3, 2)]
+
+
+@pytest.mark.parametrize("name", ["mesh-4x4", "cluster-4", "torus", "faulty-link"])
+@pytest.mark.parametrize("y_first", [False, True])
+def test_each_sources_branches_form_a_tree_that_reaches_every_cluster(name, y_first):
+    topology = Topology(SYSTEMS[name]())
+    system = topology.system
+    for src in range(system.num_clusters):
+        links = {link for dst in range(system.num_clusters)
+                 for link in topology.tree_route(src, dst, y_first)}
+        entered = sorted(system.links[link].dst for link in links)
+        assert entered == sorted(set(range(system.num_clusters)) - {src})  # each node once
+        for dst in range(system.num_clusters):
+            route = topology.tree_route(src, dst, y_first)
+            assert len(route) == topology.hops(src, dst)  # as short as the system's route
+            if topology.scheme == "up-down":
+                assert route == topology.route(src, dst)
+
+
 def test_hierarchical_route_leaves_and_enters_through_gateways():
     system = load_system("quad-2x2")
     topology = Topology(system)
