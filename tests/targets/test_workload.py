@@ -377,6 +377,24 @@ def test_a_whole_output_read_on_several_clusters_is_one_multicast():
     assert sorted(slow.link_bytes[slow.link_bytes > 0]) == [120, 240]
 
 
+def test_an_all_gathers_trees_alternate_their_orders_and_spread_over_the_links():
+    # 36 clusters of a 6x6 multicast mesh each send 100 B to all the others. X-first trees
+    # alone put 30 parts on a corner's vertical link; the workload's trees, Y first from the
+    # chiplets of odd colour, put at most 18 parts on any link, and the simulation agrees.
+    system = mesh_system(6, 6, bandwidth=10.0, latency=1.0, multicast=True)
+    items = [WorkItem(f"p{c}", c, 2.0, 8.0, 0.0, output_bytes=100) for c in range(36)]
+    items += [WorkItem(f"g{c}", c, 2.0, 8.0, 0.0, [(p, 100) for p in range(36) if p != c])
+              for c in range(36)]
+    tasks, messages, _, fetches = build_workload(items, system)
+    topology = Topology(system)
+    for m in messages:
+        src, dst = tasks[m["src"]]["cluster"], tasks[m["dst"]]["cluster"]
+        chiplet = system.chiplet_of(src)
+        assert m["route"] == topology.tree_route(src, dst, (chiplet.x + chiplet.y) % 2 == 1)
+    sim = simulate_workload(tasks, messages, system, network="flow", fetches=fetches)
+    assert sim.link_bytes.max() == 18 * 100
+
+
 def test_without_multicast_routers_a_fan_out_is_relayed_around_a_ring():
     system, items = _fan_out([120, 120, 120], multicast=False)
     tasks, messages, _, fetches = build_workload(items, system)
