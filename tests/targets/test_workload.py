@@ -379,8 +379,9 @@ def test_a_whole_output_read_on_several_clusters_is_one_multicast():
 
 def test_an_all_gathers_trees_alternate_their_orders_and_spread_over_the_links():
     # 36 clusters of a 6x6 multicast mesh each send 100 B to all the others. X-first trees
-    # alone put 30 parts on a corner's vertical link; the workload's trees, Y first from the
-    # chiplets of odd colour, put at most 18 parts on any link, and the simulation agrees.
+    # alone would put 30 parts on a corner's vertical link (so a ring, 18, was taken); the
+    # workload's trees, Y first from the chiplets of odd colour, put at most 18 parts on any
+    # link without relaying, and the simulation agrees.
     system = mesh_system(6, 6, bandwidth=10.0, latency=1.0, multicast=True)
     items = [WorkItem(f"p{c}", c, 2.0, 8.0, 0.0, output_bytes=100) for c in range(36)]
     items += [WorkItem(f"g{c}", c, 2.0, 8.0, 0.0, [(p, 100) for p in range(36) if p != c])
