@@ -13,7 +13,6 @@ too (:func:`reduce_ring`): the sums are accumulated hop by hop instead of sent w
 
 from __future__ import annotations
 
-import math
 import weakref
 from collections import Counter
 from collections.abc import Sequence
@@ -105,14 +104,8 @@ def direct_load(topology: Topology, clusters: Sequence[int], multicast: bool = T
     :func:`y_first_sources` picks, unless ``multicast`` is False: each member a distinct part
     to every other, as a reduce-scatter sends them)."""
     members = tuple(sorted(set(clusters)))
-    trees = _tree_loads(topology, members, y_first_sources(topology, members)) if multicast \
-        else None
-    if trees is not None:
-        return trees
-    loads: Counter = Counter()
-    for source in members:
-        loads.update(link for d in members if d != source for link in topology.route(source, d))
-    return loads
+    return _direct_loads(topology, members,
+                         y_first_sources(topology, members) if multicast else None)
 
 
 def y_first_sources(topology: Topology, members: Sequence[int]) -> frozenset[int]:
@@ -132,28 +125,28 @@ def y_first_sources(topology: Topology, members: Sequence[int]) -> frozenset[int
         system = topology.system
         odd = frozenset(c for c in members
                         if (system.chiplet_of(c).x + system.chiplet_of(c).y) % 2 == 1)
-        best, best_load = frozenset(), math.inf
-        for choice in (frozenset(), odd, frozenset(members)):
-            loads = _tree_loads(topology, members, choice)
-            if loads is None:
-                break  # not every link on the way multicasts: no trees to choose
-            if _busiest(loads) < best_load:
-                best, best_load = choice, _busiest(loads)
-        known[members] = best
+        choices = [frozenset()]
+        if any(link.multicast for link in system.links):  # else no trees to choose
+            choices += [odd, frozenset(members)]
+        known[members] = min(choices, key=lambda choice: _busiest(
+            _direct_loads(topology, members, choice)))  # the first of the least loaded
     return known[members]
 
 
-def _tree_loads(topology: Topology, members: tuple[int, ...], y_first: frozenset[int]
-                ) -> Counter | None:
-    """Parts each link carries when every member multicasts its part to the others as one tree
-    (Y first from ``y_first``); None when a tree crosses a link that does not multicast."""
+def _direct_loads(topology: Topology, members: tuple[int, ...], y_first: frozenset[int] | None
+                  ) -> Counter:
+    """Parts each link carries when every member sends its part to every other directly: as
+    one tree (Y first from ``y_first``) where every link on it multicasts, else (and always
+    when ``y_first`` is None) as a message to each on the system's routes."""
     loads: Counter = Counter()
     for source in members:
-        tree = {link for d in members if d != source
-                for link in topology.tree_route(source, d, source in y_first)}
-        if not all(topology.system.links[link].multicast for link in tree):
-            return None
-        loads.update(tree)
+        if y_first is not None:
+            tree = {link for d in members if d != source
+                    for link in topology.tree_route(source, d, source in y_first)}
+            if all(topology.system.links[link].multicast for link in tree):
+                loads.update(tree)
+                continue
+        loads.update(link for d in members if d != source for link in topology.route(source, d))
     return loads
 
 
