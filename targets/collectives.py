@@ -118,16 +118,19 @@ def y_first_sources(topology: Topology, members: Sequence[int]) -> frozenset[int
     chiplets with odd ``x + y``) put 18 on the busiest link, what a corner's two links must
     carry anyway, but on a 2-wide group they load it more than X-first trees along the long
     side. So of three choices (none, the odd colour, all) the one whose trees load the busiest
-    link least is taken, the earlier on a tie."""
+    link least is taken, the earlier on a tie; a system whose routers build trees in one order
+    only (``[system] multicast_orders``) has that choice alone."""
     members = tuple(sorted(set(members)))
     known = _ORDERS.setdefault(topology, {})
     if members not in known:
         system = topology.system
         odd = frozenset(c for c in members
                         if (system.chiplet_of(c).x + system.chiplet_of(c).y) % 2 == 1)
-        choices = [frozenset()]
-        if any(link.multicast for link in system.links):  # else no trees to choose
-            choices += [odd, frozenset(members)]
+        orders = system.multicast_orders
+        choices = ([frozenset()] if "xy" in orders else []) + (
+            [odd] if len(orders) > 1 else []) + ([frozenset(members)] if "yx" in orders else [])
+        if not any(link.multicast for link in system.links):
+            choices = choices[:1]  # no trees to choose
         known[members] = min(choices, key=lambda choice: _busiest(
             _direct_loads(topology, members, choice)))  # the first of the least loaded
     return known[members]

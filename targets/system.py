@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 LINK_KINDS = ("noc", "nop")
 DTYPE_BYTES = {"int8": 1, "fp16": 2, "bf16": 2, "fp32": 4}
 DEVICE_DTYPES = tuple(DTYPE_BYTES)
+MULTICAST_ORDERS = ("xy", "yx")
+"""The orders a multicast tree may take its grid legs in (X then Y, Y then X) unless a system
+says otherwise (``[system] multicast_orders``; see :mod:`~tvm_chiplet.targets.topology`)."""
 ACCUMULATOR_BYTES = 4
 """Bytes of an accumulator unless a system says otherwise (``[system] accumulator_bytes``):
 int32 for int8 MACs, fp32 for fp16, bf16 and fp32 MACs."""
@@ -225,6 +228,9 @@ class ChipletSystem:
     accumulator_bytes : tuple of (dtype, bytes)
         The width of the accumulators of MACs at each listed dtype (``[system]
         accumulator_bytes``); the others are :data:`ACCUMULATOR_BYTES` wide.
+    multicast_orders : tuple of str
+        The orders its multicasting routers build trees in (``[system] multicast_orders``,
+        :data:`MULTICAST_ORDERS` by default).
     """
 
     name: str
@@ -239,6 +245,7 @@ class ChipletSystem:
     has_energy: bool = False
     calibration: FlowCalibration | None = field(default=None, compare=False)
     accumulator_bytes: tuple[tuple[str, int], ...] = ()
+    multicast_orders: tuple[str, ...] = MULTICAST_ORDERS
 
     @property
     def partial_sum_bytes(self) -> int:
@@ -365,6 +372,8 @@ class ChipletSystem:
                 "dtype": self.device_dtype,
                 **({"accumulator_bytes": dict(self.accumulator_bytes)}
                    if self.accumulator_bytes else {}),
+                **({"multicast_orders": list(self.multicast_orders)}
+                   if self.multicast_orders != MULTICAST_ORDERS else {}),
             },
             "noc": {"auto": False},
             "nop": {"auto": False},
@@ -376,9 +385,12 @@ class ChipletSystem:
 
     def network_fingerprint(self) -> str:
         """A short hash of the network a calibration depends on: every link's ends, kind,
-        bandwidth and latency, and every DRAM controller's node and bandwidth."""
+        bandwidth and latency, every DRAM controller's node and bandwidth, and the multicast
+        trees' orders when they are not the default."""
         parts = [(link.src, link.dst, link.kind, link.bandwidth, link.latency)
                  for link in self.links] + [(d.node, d.bandwidth) for d in self.drams]
+        if self.multicast_orders != MULTICAST_ORDERS:
+            parts.append(("multicast_orders", self.multicast_orders))
         return hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
 
     def with_device_dtype(self, dtype: str) -> ChipletSystem:

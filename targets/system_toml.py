@@ -23,6 +23,9 @@ Compact form (a grid shorthand)::
     accumulator_bytes = {int8 = 3} # optional: bytes of the accumulators of MACs at a dtype
                                    #   (1..8; default 4: int32, fp32), the width partial sums
                                    #   are held and sent at (never narrower than the dtype)
+    multicast_orders = ["xy"]      # optional, default ["xy", "yx"]: the orders multicasting
+                                   #   routers build trees in on a mesh (grid legs X then Y,
+                                   #   Y then X; see targets/topology.py)
 
     [grid]
     rows = 4                       # required, >= 1 (y runs over rows); a system has at most
@@ -148,6 +151,7 @@ from tvm_chiplet.targets.system import (
     CALIBRATED_KINDS,
     DEVICE_DTYPES,
     LINK_KINDS,
+    MULTICAST_ORDERS,
     Chiplet,
     ChipletSystem,
     Cluster,
@@ -171,7 +175,7 @@ _ROOT_KEYS = ("system", "grid", "chiplet", "noc", "nop", "link", "dram", "faults
               "calibration")
 _CALIBRATION_KEYS = ("flow_efficiency", "flit_error", "workload", "fingerprint")
 _SYSTEM_KEYS = ("name", "description", "frequency_hz", "dtype", "dtype_macs",
-                "accumulator_bytes")
+                "accumulator_bytes", "multicast_orders")
 _GRID_KEYS = ("rows", "cols", "chiplet")
 _TEMPLATE_KEYS = ("name", "layout", "local_cols", "static_power_w", "cluster")
 _CHIPLET_KEYS = ("name", "x", "y", "layout", "local_cols", "static_power_w", "cluster")
@@ -326,6 +330,7 @@ class _Builder:
         self.dtype = _DEFAULT_DTYPE
         self.dtype_macs: dict[str, float] = {}
         self.accumulators: tuple[tuple[str, int], ...] = ()  # [system] accumulator_bytes
+        self.multicast_orders = MULTICAST_ORDERS  # [system] multicast_orders
         # Energy is all or nothing: the first coefficient given and the first one missing.
         self.energy_given: str | None = None
         self.energy_missing: tuple[str, str] | None = None
@@ -442,6 +447,14 @@ class _Builder:
                 f"unknown dtype {key!r}; expected one of {', '.join(DEVICE_DTYPES)}",
             )
         return key
+
+    def system_multicast_orders(self, sys_tbl: dict[str, Any]) -> None:
+        orders = sys_tbl.get("multicast_orders", list(MULTICAST_ORDERS))
+        expected = f"a non-empty list of distinct orders from {list(MULTICAST_ORDERS)}"
+        if (not isinstance(orders, list) or not orders or len(set(map(str, orders))) < len(orders)
+                or any(order not in MULTICAST_ORDERS for order in orders)):
+            self.bad("system.multicast_orders", orders, expected)
+        self.multicast_orders = tuple(order for order in MULTICAST_ORDERS if order in orders)
 
     def system_dtypes(self, sys_tbl: dict[str, Any]) -> None:
         self.dtype = self.get_str(sys_tbl, "dtype", "system", _DEFAULT_DTYPE)
@@ -565,6 +578,7 @@ class _Builder:
             sys_tbl, "frequency_hz", "system", positive=True, unit="clock in Hz"
         )
         self.system_dtypes(sys_tbl)
+        self.system_multicast_orders(sys_tbl)
 
         if ("grid" in data) == ("chiplet" in data):
             found = "both" if "grid" in data else "neither"
@@ -607,8 +621,8 @@ class _Builder:
             warnings.warn(
                 f"{self.source}: [calibration] was measured on another network (fingerprint "
                 f"{calibration.fingerprint!r}, this system's is "
-                f"{system.network_fingerprint()!r}: links, faults or DRAM changed); the flow "
-                "model runs uncalibrated. Re-run the calibration "
+                f"{system.network_fingerprint()!r}: links, faults, DRAM or multicast orders "
+                "changed); the flow model runs uncalibrated. Re-run the calibration "
                 "(python -m tvm_chiplet.tools.bench.fidelity --calibrate)",
                 stacklevel=2,
             )
@@ -1130,6 +1144,7 @@ class _Builder:
             device_dtype=self.dtype,
             has_energy=has_energy,
             accumulator_bytes=self.accumulators,
+            multicast_orders=self.multicast_orders,
         )
 
     def check_connected(self, clusters: list[Cluster], links: list[Link], faulty: bool) -> None:

@@ -11,6 +11,7 @@ from tvm_chiplet.targets.collectives import (
     ring_order,
     y_first_sources,
 )
+from tvm_chiplet.targets.system import ChipletSystem
 from tvm_chiplet.targets.system_generators import mesh_system
 from tvm_chiplet.targets.system_toml import load_system
 from tvm_chiplet.targets.topology import Topology
@@ -80,6 +81,21 @@ def test_all_gather_trees_take_the_orders_that_load_the_busiest_link_least(
     assert all((topology.system.chiplet_of(c).x + topology.system.chiplet_of(c).y) % 2
                for c in chosen)
     assert busiest(direct_load(topology, members)) == busiest_link
+
+
+@pytest.mark.parametrize(("orders", "y_first", "tree_load", "ring"), [
+    (["xy"], 0, 30, True), (["yx"], 36, 30, True), (["xy", "yx"], 18, 18, False)])
+def test_routers_that_build_trees_in_one_order_only_take_it(orders, y_first, tree_load, ring):
+    # [system] multicast_orders: X-first (or Y-first) trees alone load a 6x6 all-gather's
+    # busiest link with 30 parts, so it goes around the ring (18) instead.
+    data = load_system("simba-6x6").to_dict()
+    del data["calibration"]  # measured with both orders: another network for one order
+    data["system"]["multicast_orders"] = orders
+    topology = Topology(ChipletSystem.from_dict(data))
+    members = range(36)
+    assert len(y_first_sources(topology, members)) == y_first
+    assert busiest(direct_load(topology, members)) == tree_load
+    assert (gather_ring(topology, members) is not None) == ring
 
 
 def test_small_groups_and_ties_gather_directly():

@@ -486,3 +486,26 @@ def test_disconnecting_faults_name_every_island_by_chiplets_and_lone_clusters():
 def test_absurd_sizes_are_refused_before_anything_is_built(data, pattern):
     with pytest.raises(SystemConfigError, match=r"^bad\.toml: " + pattern):
         ChipletSystem.from_dict(data, source="bad.toml")
+
+
+def test_multicast_orders_parse_round_trip_and_change_the_network_fingerprint():
+    default = ChipletSystem.from_dict(grid_dict())
+    assert default.multicast_orders == ("xy", "yx")
+    data = grid_dict()
+    data["system"]["multicast_orders"] = ["xy"]
+    xy_only = ChipletSystem.from_dict(data)
+    assert xy_only.multicast_orders == ("xy",)
+    assert ChipletSystem.from_dict(xy_only.to_dict()) == xy_only != default
+    # A calibration measured with trees in both orders is not one of this network.
+    assert xy_only.network_fingerprint() != default.network_fingerprint()
+    assert "multicast_orders" not in default.to_dict()["system"]
+
+
+@pytest.mark.parametrize("orders", [[], ["zx"], ["xy", "xy"], "xy"])
+def test_bad_multicast_orders_name_the_field(orders):
+    data = grid_dict()
+    data["system"]["multicast_orders"] = orders
+    with pytest.raises(SystemConfigError, match=re.escape(
+            f"system.multicast_orders: found {orders!r}; expected a non-empty list of distinct "
+            "orders from ['xy', 'yx']")):
+        ChipletSystem.from_dict(data)
