@@ -11,7 +11,11 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import tvm
+from tvm import relax
+
+from tvm_chiplet.passes.rewrite_calls import rewrite_calls
 
 TORCH_EXTRA = 'pip install ".[torch]" (PyTorch, CPU build)'
 
@@ -61,9 +65,31 @@ def torch_to_relax(model: Any, example_inputs: Sequence[Any] | None, error: type
         raise error(f"expected a torch.nn.Module, an ExportedProgram or a .pt2 file, got "
                     f"{type(model).__name__}")
     try:
-        return from_exported_program(model, keep_params_as_input=False)
+        mod = from_exported_program(model, keep_params_as_input=False)
     except Exception as err:
         raise error(f"TVM could not import the PyTorch program: {_first_line(err)}") from None
+    return rewrite_calls(mod, tvm.ir.Op.get("relax.take"), _from_the_end)
+
+
+def _from_the_end(call: relax.Call) -> relax.Expr | None:
+    """``take`` with its constant negative indices counted from the end of the axis.
+
+    TVM's importer turns ``x[:, -1]`` (``aten.select``) into ``take(x, -1, mode="fast")``,
+    whose kernel reads out of bounds at a negative index, and the result is garbage; ONNX's
+    importer normalises them (``_normalize_negative_indices``). Indices known only at run
+    time are left as they are."""
+    data, indices = call.args
+    if not isinstance(indices, tvm.ir.expr.Constant):
+        return None
+    array = indices.value.numpy()
+    if not (array < 0).any():
+        return None
+    axis = int(call.attrs.axis) if call.attrs.axis is not None else None
+    shape = [int(d) for d in data.ty.shape]
+    extent = shape[axis] if axis is not None else int(np.prod(shape))
+    array = np.where(array < 0, array + extent, array).astype(array.dtype)
+    return relax.op.take(data, relax.const(array, str(indices.ty.dtype)), axis,
+                         mode=str(call.attrs.mode))
 
 
 def _first_line(err: Exception) -> str:

@@ -61,6 +61,31 @@ def test_an_exported_program_through_tvmc_matches_torch(net, tmp_path, capsys):
         np.testing.assert_allclose(out[out.files[0]], expected, rtol=1e-4, atol=1e-5)
 
 
+class LastStep(nn.Module):
+    """An LSTM read at its last step and a row picked from the end (``x[:, -1]``, ``x[-2]``):
+    TVM's importer takes such indices as they are, and its kernel reads out of bounds."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(16, 32, batch_first=True)
+        self.fc = nn.Linear(32, 4)
+
+    def forward(self, x):
+        y, _ = self.lstm(x)
+        return self.fc(y[:, -1]) + y[0, -2, :4]
+
+
+def test_indices_counted_from_the_end_match_torch():
+    torch.manual_seed(0)
+    module, x = LastStep().eval(), torch.randn(1, 8, 16)
+    with torch.no_grad():
+        expected = module(x).numpy()
+    for _ in range(3):  # out-of-bounds reads gave different garbage run to run
+        outputs = tvm_chiplet.build(module, target=TARGET, example_inputs=(x,)).run(
+            {"x": x.numpy()}).outputs
+        np.testing.assert_allclose(outputs[0], expected, rtol=1e-4, atol=1e-5)
+
+
 def test_a_module_without_example_inputs_is_refused_with_the_remedy(net):
     with pytest.raises(ModelLoadError, match=r"needs example_inputs.*export it yourself"):
         tvm_chiplet.build(net[0], target=TARGET)
