@@ -1638,7 +1638,15 @@ def planned_clusters(mod: tvm.IRModule, op_cluster: Sequence[int],
     with tvm.target.Target(target) if isinstance(target, str) else target:
         fused = tvm.transform.Sequential(lowering)(mod)
     bindings = [b for block in fused["main"].body.blocks for b in block.bindings]
-    if sum(isinstance(b.value, relax.Call) for b in bindings) != len(op_cluster):
+    returned = fused["main"].body.body
+
+    def is_op(binding: relax.Binding) -> bool:
+        """An op of ``ReduceGraph(mod)``: a call, or the tuple ``main`` returns (a PyTorch
+        program's outputs, a model's several outputs); FuseTIR folds the other tuples."""
+        return isinstance(binding.value, relax.Call) or (
+            isinstance(binding.value, relax.Tuple) and binding.var.same_as(returned))
+
+    if sum(map(is_op, bindings)) != len(op_cluster):
         return {}
     high = [b for block in mod["main"].body.blocks for b in block.bindings]
     unmatched = {b.var: frozenset(relax.analysis.free_vars(b.value)) for b in high}
@@ -1659,11 +1667,12 @@ def planned_clusters(mod: tvm.IRModule, op_cluster: Sequence[int],
     index = -1
     for binding in bindings:
         value = binding.value
-        if not isinstance(value, relax.Call):  # tuples of op results, which DCE drops later
+        if not is_op(binding):  # tuples of op results, which FuseTIR and DCE drop
             match(value, binding.var)
             continue
         index += 1
-        callee = fused[value.op] if isinstance(value.op, tvm.ir.GlobalVar) else None
+        callee = fused[value.op] if isinstance(value, relax.Call) and isinstance(
+            value.op, tvm.ir.GlobalVar) else None
         if not isinstance(callee, relax.Function):
             found = match(value, binding.var)
             if found is not None:

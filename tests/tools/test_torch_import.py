@@ -86,6 +86,33 @@ def test_indices_counted_from_the_end_match_torch():
         np.testing.assert_allclose(outputs[0], expected, rtol=1e-4, atol=1e-5)
 
 
+class UpNet(nn.Module):
+    """Convs around a ConvTranspose (a U-Net's decoder): TVM names it ``conv2d_transpose``, so
+    the convs are found by data flow, in a program that returns a tuple."""
+
+    def __init__(self):
+        super().__init__()
+        self.down = nn.Conv2d(3, 16, 3, stride=2, padding=1)
+        self.up = nn.ConvTranspose2d(16, 8, 2, 2)
+        self.out = nn.Conv2d(11, 4, 3, padding=1)
+
+    def forward(self, x):
+        return self.out(torch.cat([torch.relu(self.up(torch.relu(self.down(x)))), x], 1))
+
+
+@pytest.mark.parametrize("strategy", ["tensor-parallel", "layer-sequential"])
+def test_a_program_with_a_conv_transpose_splits_its_convs_and_matches_torch(strategy):
+    torch.manual_seed(0)
+    module, x = UpNet().eval(), torch.randn(1, 3, 32, 32)
+    with torch.no_grad():
+        expected = module(x).numpy()
+    lib = tvm_chiplet.build(module, target="chiplet/mesh-4x4", example_inputs=(x,),
+                            strategy=strategy)
+    assert lib.plan["placement"]["notes"]["splits"] >= 1
+    np.testing.assert_allclose(lib.run({"x": x.numpy()}).outputs[0], expected, rtol=1e-4,
+                               atol=1e-5)
+
+
 def test_a_module_without_example_inputs_is_refused_with_the_remedy(net):
     with pytest.raises(ModelLoadError, match=r"needs example_inputs.*export it yourself"):
         tvm_chiplet.build(net[0], target=TARGET)
