@@ -77,16 +77,20 @@ def _from_the_end(call: relax.Call) -> relax.Expr | None:
     TVM's importer turns ``x[:, -1]`` (``aten.select``) into ``take(x, -1, mode="fast")``,
     whose kernel reads out of bounds at a negative index, and the result is garbage; ONNX's
     importer normalises them (``_normalize_negative_indices``). Indices known only at run
-    time are left as they are."""
+    time, or on an axis of unknown length, are left as they are."""
     data, indices = call.args
     if not isinstance(indices, tvm.ir.expr.Constant):
         return None
     array = indices.value.numpy()
-    if not (array < 0).any():
+    shape = getattr(data.ty, "shape", None)
+    if not (array < 0).any() or shape is None:
         return None
     axis = int(call.attrs.axis) if call.attrs.axis is not None else None
-    shape = [int(d) for d in data.ty.shape]
-    extent = shape[axis] if axis is not None else int(np.prod(shape))
+    dims = [d.value if isinstance(d, tvm.tirx.IntImm) else None for d in shape]
+    known = dims if axis is None else [dims[axis]]
+    if None in known:
+        return None
+    extent = int(np.prod(known))
     array = np.where(array < 0, array + extent, array).astype(array.dtype)
     return relax.op.take(data, relax.const(array, str(indices.ty.dtype)), axis,
                          mode=str(call.attrs.mode))
