@@ -135,6 +135,8 @@ def _visit(binding: relax.VarBinding, batch: int, batched: set, tuples: dict,
     carried = [any(f in batched for f in a.fields) if isinstance(a, relax.Tuple)
                else a in batched for a in value.args]
     if not any(carried):
+        if _broadcast_per_sample(binding, batch):
+            batched.add(var)
         return None  # computed from weights only: the same in every copy
     if not isinstance(value.op, tvm.ir.Op):
         return f"{var.name} calls {value.op}, which data-parallel cannot look into"
@@ -239,6 +241,21 @@ def _visit(binding: relax.VarBinding, batch: int, batched: set, tuples: dict,
         batched.add(var)
         return None
     return f"{where} is not known to keep the batch axis"
+
+
+def _broadcast_per_sample(binding: relax.VarBinding, batch: int) -> bool:
+    """Whether ``binding`` broadcasts a value without the batch to it (a class token expanded
+    to the batch, as a PyTorch program keeps it): its samples are all alike, and each copy
+    broadcasts it to its own slice's size (``ReplicateDataParallel`` resizes the shape)."""
+    value = binding.value
+    if not value.op.same_as(_BROADCAST_TO):
+        return False
+    data, out = _shape(value.args[0]), _shape(binding.var)
+    return bool(data is not None and out and out[0] == batch
+                and (len(data) < len(out) or data[0] == 1))
+
+
+_BROADCAST_TO = tvm.ir.Op.get("relax.broadcast_to")
 
 
 def same_per_sample(expr: relax.Expr, batch: int) -> bool:

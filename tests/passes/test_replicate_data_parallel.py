@@ -193,3 +193,41 @@ def test_a_class_token_expanded_to_the_batch_is_cut_per_replica_unlike_samples_a
     unlike = class_token(rng.normal(size=(4, 1, 8)).astype("float32"))
     with pytest.raises(PlanningError, match=r"relax.concat \(.*\) joins batched and unbatched"):
         ReplicateDataParallel(replicas=2)(unlike)
+
+
+def broadcast_class_token(token: np.ndarray, batch: int = 4) -> tvm.IRModule:
+    """:func:`class_token` as a PyTorch program keeps it: ``token`` broadcast to the batch in
+    the graph (``cls.expand(x.shape[0], -1, -1)``), not folded."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((4, 3, 8), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            expanded = bb.emit(relax.op.broadcast_to(relax.const(token), (batch, 1, 8)))
+            tokens = bb.emit(relax.op.concat([expanded, x], axis=1))
+            y = bb.emit_output(relax.op.nn.softmax(tokens, axis=1))
+        bb.emit_func_output(y)
+    return bb.get()
+
+
+def test_a_class_token_broadcast_to_the_batch_is_broadcast_per_replica():
+    rng = np.random.default_rng(1)
+    mod = broadcast_class_token(rng.normal(size=(1, 1, 8)).astype("float32"))
+    replicated = ReplicateDataParallel(replicas=3)(mod)  # slices of 2, 1 and 1 samples
+    x = rng.normal(size=(4, 3, 8)).astype("float32")
+
+    def run(m):
+        vm = relax.VirtualMachine(tvm.compile(m, "llvm"), tvm.cpu())
+        return vm["main"](tvm.runtime.tensor(x)).numpy()
+
+    np.testing.assert_allclose(run(replicated), run(mod), rtol=1e-6)
+    # A token with a row per sample broadcast along another axis is not alike per sample.
+    unlike = rng.normal(size=(4, 1, 1)).astype("float32")
+    bb = relax.BlockBuilder()
+    x_var = relax.Var("x", relax.TensorType((4, 3, 8), "float32"))
+    with bb.function("main", [x_var]):
+        with bb.dataflow():
+            expanded = bb.emit(relax.op.broadcast_to(relax.const(unlike), (4, 1, 8)))
+            y = bb.emit_output(relax.op.concat([expanded, x_var], axis=1))
+        bb.emit_func_output(y)
+    with pytest.raises(PlanningError, match=r"relax.concat \(.*\) joins batched and unbatched"):
+        ReplicateDataParallel(replicas=2)(bb.get())
