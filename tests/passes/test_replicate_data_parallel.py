@@ -150,17 +150,18 @@ class NewLeadingAxis:
         return y
 
 
+def run(mod: tvm.IRModule, x: np.ndarray) -> np.ndarray:
+    vm = relax.VirtualMachine(tvm.compile(mod, "llvm"), tvm.cpu())
+    return vm["main"](tvm.runtime.tensor(x)).numpy()
+
+
 def test_per_sample_unsqueezes_and_broadcasts_are_kept_a_new_leading_axis_is_refused():
     # A squeeze-and-excite block: axis 2 of the pooled (4, 3) is a position in the (4, 3, 1)
     # output, not axis 0 of the input (it was read as 2 % 2 == 0 and refused).
     replicated = ReplicateDataParallel(replicas=2)(SqueezeExcite)
     x = np.random.default_rng(0).normal(size=(4, 3, 2, 2)).astype("float32")
 
-    def run(mod):
-        vm = relax.VirtualMachine(tvm.compile(mod, "llvm"), tvm.cpu())
-        return vm["main"](tvm.runtime.tensor(x)).numpy()
-
-    np.testing.assert_allclose(run(replicated), run(SqueezeExcite), rtol=1e-6)
+    np.testing.assert_allclose(run(replicated, x), run(SqueezeExcite, x), rtol=1e-6)
     with pytest.raises(PlanningError, match=r"relax.expand_dims \(y\) gives axis 0 of size 1"):
         ReplicateDataParallel(replicas=2)(NewLeadingAxis)
 
@@ -185,11 +186,7 @@ def test_a_class_token_expanded_to_the_batch_is_cut_per_replica_unlike_samples_a
     replicated = ReplicateDataParallel(replicas=3)(mod)  # slices of 2, 1 and 1 samples
     x = rng.normal(size=(4, 3, 8)).astype("float32")
 
-    def run(m):
-        vm = relax.VirtualMachine(tvm.compile(m, "llvm"), tvm.cpu())
-        return vm["main"](tvm.runtime.tensor(x)).numpy()
-
-    np.testing.assert_allclose(run(replicated), run(mod), rtol=1e-6)
+    np.testing.assert_allclose(run(replicated, x), run(mod, x), rtol=1e-6)
     unlike = class_token(rng.normal(size=(4, 1, 8)).astype("float32"))
     with pytest.raises(PlanningError, match=r"relax.concat \(.*\) joins batched and unbatched"):
         ReplicateDataParallel(replicas=2)(unlike)
@@ -215,11 +212,7 @@ def test_a_class_token_broadcast_to_the_batch_is_broadcast_per_replica():
     replicated = ReplicateDataParallel(replicas=3)(mod)  # slices of 2, 1 and 1 samples
     x = rng.normal(size=(4, 3, 8)).astype("float32")
 
-    def run(m):
-        vm = relax.VirtualMachine(tvm.compile(m, "llvm"), tvm.cpu())
-        return vm["main"](tvm.runtime.tensor(x)).numpy()
-
-    np.testing.assert_allclose(run(replicated), run(mod), rtol=1e-6)
+    np.testing.assert_allclose(run(replicated, x), run(mod, x), rtol=1e-6)
     # A token with a row per sample broadcast along another axis is not alike per sample.
     unlike = rng.normal(size=(4, 1, 1)).astype("float32")
     bb = relax.BlockBuilder()
