@@ -43,6 +43,9 @@ PER_SAMPLE_OPS = frozenset(
 (checked) or a reduction has no axes (all of them)."""
 
 
+_BROADCAST_TO = tvm.ir.Op.get("relax.broadcast_to")
+
+
 def batch_axis_break(main: relax.Function) -> str | None:
     """``None`` when axis 0 of every input of ``main`` is a batch that every op keeps and every
     output carries; else what breaks it, naming the op (e.g. ``"relax.mean reduces axis 0 of
@@ -253,9 +256,6 @@ def _broadcast_per_sample(binding: relax.VarBinding, batch: int) -> bool:
     data, out = _shape(value.args[0]), _shape(binding.var)
     return bool(data is not None and out and out[0] == batch
                 and (len(data) < len(out) or data[0] == 1))
-
-
-_BROADCAST_TO = tvm.ir.Op.get("relax.broadcast_to")
 
 
 def same_per_sample(expr: relax.Expr, batch: int) -> bool:

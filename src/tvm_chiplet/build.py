@@ -382,8 +382,8 @@ def build(
     if placement:
         plan["strategy"] = placement["strategy"]
         plan["placement"] = placement
-    plan["device_dtype"] = chiplet_target.system.device_dtype
-    plan["partial_sum_bytes"] = chiplet_target.system.partial_sum_bytes
+    plan["device_dtype"] = system.device_dtype
+    plan["partial_sum_bytes"] = system.partial_sum_bytes
     plan["host_dtypes"] = host_dtypes(mod)
     plan["import_notes"] = import_notes
     if fault_record:
