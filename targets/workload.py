@@ -45,6 +45,17 @@ is fetched by each reader alone). Nothing else stays resident on a member. A gro
 holds several sets keeps several, each in a pool of consecutive copies (fewer and shorter
 fetches).
 
+Replicas (the parts of a split holding the same weights)
+-------------------------------------------------------
+The parts of a row split each hold all of their op's weights, and a 2-D split's bands of one
+column slice that slice: items with one :attr:`WorkItem.weight_key` (a digest of the weights'
+values) at one depth of the dependency graph. Where a member of such a group would stream (its
+items' weights exceed its SRAM), the group pools them as a weight pool does
+(:func:`replica_groups`): each member keeps a ``1 / r`` stripe resident before all its other
+weights, and every batch fetches the other ``r - 1`` stripes from their holders, each stripe
+one shared fetch sent once to all its readers. Replicas that wait for each other (layers that
+share weights) never pool, nor do copies (below) as replicas: their keys differ per copy.
+
 Microbatches (several inputs per weight fetch)
 ----------------------------------------------
 With a microbatch of ``g`` inputs (:func:`microbatch_items`), each item that batches
@@ -78,7 +89,8 @@ message), which the simulator sends once over the union of their routes:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -88,8 +100,13 @@ from tvm_chiplet.targets.collectives import gather_ring, ring_route, y_first_sou
 from tvm_chiplet.targets.system import ChipletSystem
 from tvm_chiplet.targets.topology import Topology
 
-STREAM_BUFFER_FRACTION = 0.25
-"""Share of a streaming cluster's SRAM kept as the double buffer for streamed weights."""
+STREAM_BUFFER_FRACTION = 1 / 16
+"""Share of a streaming cluster's SRAM kept as the double buffer for streamed weights.
+
+A buffer holds two pieces of the weights in flight, not a set of weights: a larger one keeps
+fewer weights resident, a smaller one prefetches less far ahead. ResNet-50 int8 at batch 1 on
+simba-6x6 (``tensor-parallel``, its replicas pooled) simulates 409.8 k / 394.6 k / 412.2 k /
+500.9 k cycles with 2 / 5 / 10 / 25 % of SRAM kept (25 % was this model's earlier value)."""
 
 DRAM_POLICIES = ("interleave", "nearest", "balanced")
 
@@ -101,7 +118,8 @@ the weights of an item that batches (:func:`batched`): all but the stream buffer
 
 @dataclass(frozen=True)
 class WorkItem:
-    """One compute op placed on a cluster, with what it reads from earlier items."""
+    """One compute op placed on a cluster, with what it reads from earlier items, and the
+    digest of its weights (module docstring: replicas)."""
 
     name: str
     cluster: int
@@ -110,6 +128,7 @@ class WorkItem:
     weight_bytes: float
     deps: Sequence[tuple[int, int]] = ()  # (producer item index, bytes read from it)
     output_bytes: float = 0.0  # what the item writes (0: unknown, so never multicast)
+    weight_key: str = ""  # equal on items holding the same weights ("": unknown, none shared)
 
 
 def replicate_items(items: Sequence[WorkItem],
@@ -117,7 +136,8 @@ def replicate_items(items: Sequence[WorkItem],
     """``items`` followed by one copy of them per cluster map in ``copies``.
 
     Copy ``r`` (``1 ..``) runs item ``i`` on ``copies[r - 1][items[i].cluster]``, reads from
-    its own copy's items, and is named ``"<name>@r"``: the work of one input, laid out so that
+    its own copy's items, and is named ``"<name>@r"`` (its weight key too: copies pool their
+    weights in a weight pool, not as replicas): the work of one input, laid out so that
     consecutive inputs can run on consecutive copies (input-level data parallelism).
     """
     replicated = list(items)
@@ -127,7 +147,7 @@ def replicate_items(items: Sequence[WorkItem],
             WorkItem(f"{item.name}@{number}", clusters[item.cluster], item.flops,
                      item.bytes_moved, item.weight_bytes,
                      [(producer + offset, nbytes) for producer, nbytes in item.deps],
-                     item.output_bytes)
+                     item.output_bytes, item.weight_key and f"{item.weight_key}@{number}")
             for item in items
         ]
     return replicated
@@ -174,7 +194,7 @@ def microbatch_items(items: Sequence[WorkItem], system: ChipletSystem,
                  (item.weight_bytes + (item.bytes_moved - item.weight_bytes) * g
                   if once else item.bytes_moved * g),
                  item.weight_bytes, [(producer, nbytes * g) for producer, nbytes in item.deps],
-                 item.output_bytes * g)
+                 item.output_bytes * g, item.weight_key)
         for item, once in zip(items, batched(items, system, g), strict=True)
     ]
 
@@ -216,31 +236,88 @@ def resident_budget(sram_bytes: float, weight_bytes: float) -> float:
 
 
 def streamed_bytes(items: Sequence[WorkItem], system: ChipletSystem,
-                   reserve: Sequence[float] = ()) -> list[int]:
-    """Per item, the bytes of its weights fetched from DRAM each batch (module docstring);
-    ``reserve``: SRAM per cluster held for activations (:func:`activation_reserve`)."""
+                   reserve: Sequence[float] = (),
+                   replicas: Mapping[int, Sequence[int]] | None = None) -> list[int]:
+    """Per item, the bytes of its weights fetched each batch (module docstring): from DRAM,
+    but for pooled replicas (``replicas``, :func:`replica_groups`, with ``items`` holding their
+    stripes, :func:`held_items`), whose stripes stay resident before all other weights and
+    which fetch the other members' stripes (whole bytes each); ``reserve``: SRAM per cluster
+    held for activations (:func:`activation_reserve`)."""
     sram = weight_sram(system, reserve)
+    pinned = replicas or {}
     streamed = [0] * len(items)
     holding: dict[int, list[int]] = {}
     for i, item in enumerate(items):
         if item.weight_bytes > 0:
             holding.setdefault(item.cluster, []).append(i)
-    for cluster in system.clusters:
-        mine = holding.get(cluster.id, [])
+    for cluster, mine in holding.items():
         total = sum(items[i].weight_bytes for i in mine)
-        if total <= sram[cluster.id]:
+        # A pooled replica fetches the other stripes: its cluster streams, with a buffer.
+        if total <= sram[cluster] and not any(i in pinned for i in mine):
             continue
-        room = resident_budget(sram[cluster.id], total)
+        room = (1.0 - STREAM_BUFFER_FRACTION) * sram[cluster]
         rest = []
-        for i in sorted(mine, key=lambda i: (-items[i].weight_bytes, i)):
-            if items[i].weight_bytes <= room:
+        for i in sorted(mine, key=lambda i: (i not in pinned, -items[i].weight_bytes, i)):
+            if i in pinned:
+                room -= items[i].weight_bytes
+                streamed[i] = int(items[i].weight_bytes) * (len(pinned[i]) - 1)
+            elif items[i].weight_bytes <= room:
                 room -= items[i].weight_bytes
             else:
                 rest.append(i)
-        pinned = room / sum(items[i].weight_bytes for i in rest)
+        kept = max(room, 0.0) / sum(items[i].weight_bytes for i in rest) if rest else 1.0
         for i in rest:
-            streamed[i] = int(items[i].weight_bytes * (1.0 - pinned))
+            streamed[i] = int(items[i].weight_bytes * (1.0 - kept))
     return streamed
+
+
+def replica_groups(items: Sequence[WorkItem], system: ChipletSystem,
+                   reserve: Sequence[float] = ()) -> dict[int, tuple[int, ...]]:
+    """Per item whose weights its replicas pool (module docstring), the items of its group
+    (itself among them), in order.
+
+    Replicas are items with one :attr:`WorkItem.weight_key` at one depth of the dependency
+    graph (so none waits for another: the parts of one split op, not layers that share
+    weights) on different clusters (one item each). They pool when a member would stream (its
+    items' weights exceed its SRAM) and every member then keeps its stripe resident; a group
+    whose stripe some member cannot keep stays unpooled (its replicas stream from DRAM)."""
+    sram = weight_sram(system, reserve)
+    full, _ = cluster_totals(items, system, [0] * len(items))
+    depth: list[int] = []
+    by_key: dict[tuple[str, int], list[int]] = {}
+    for index, item in enumerate(items):
+        depth.append(1 + max((depth[p] for p, _ in item.deps), default=0))
+        if item.weight_key and item.weight_bytes > 0:
+            by_key.setdefault((item.weight_key, depth[index]), []).append(index)
+    pooled: dict[tuple[str, int], list[int]] = {}
+    for key, group in by_key.items():
+        clusters = {items[i].cluster for i in group}
+        if len(group) >= 2 and len(clusters) == len(group) and any(
+                full[c] > sram[c] for c in clusters):
+            pooled[key] = group
+    # Stripes stay resident first; where a member's stripes exceed its resident budget, the
+    # groups with its largest stripes are left unpooled until the rest fit.
+    while True:
+        replicas = {i: tuple(group) for group in pooled.values() for i in group}
+        held = held_items(items, replicas)
+        striped: dict[int, list[tuple[float, tuple]]] = {}
+        for key, group in pooled.items():
+            for i in group:
+                striped.setdefault(items[i].cluster, []).append((held[i].weight_bytes, key))
+        over = [(c, sorted(mine, reverse=True)) for c, mine in striped.items()
+                if sum(b for b, _ in mine) > (1.0 - STREAM_BUFFER_FRACTION) * sram[c]]
+        if not over:
+            return replicas
+        for _, mine in over:
+            pooled.pop(mine[0][1], None)
+
+
+def held_items(items: Sequence[WorkItem], replicas: dict[int, tuple[int, ...]]
+               ) -> list[WorkItem]:
+    """``items`` with each pooled replica (``replicas``, :func:`replica_groups`) holding only
+    its stripe of the weights."""
+    return [dataclasses.replace(item, weight_bytes=item.weight_bytes / len(replicas[i]))
+            if i in replicas else item for i, item in enumerate(items)]
 
 
 def pool_groups(clusters: Sequence[int],
@@ -408,7 +485,9 @@ def build_workload(
     # Fetches of each item's streamed weights per microbatch (module docstring).
     reads = [1 if once else microbatch for once in batched(items, system, microbatch)]
     items = scaled
-    streamed = streamed_bytes(items, system, reserve)
+    replicas = {} if pool or sram_loans else replica_groups(items, system, reserve)
+    held = held_items(items, replicas)
+    streamed = streamed_bytes(held, system, reserve, replicas)
     stripes = pooled_stripes(items, system, pool, reserve)
     if stripes and sram_loans:
         raise ValueError("a weight pool and SRAM loans cannot be combined: the pool already "
@@ -421,7 +500,8 @@ def build_workload(
     resident = [True] * system.num_clusters
     tasks, messages, fetches = [], [], []
     streamed_on: dict[int, list[int]] = {}
-    shared_from: dict[tuple, int] = {}  # (pool leader, j, controller, lender) -> fetch
+    # (pool leader, j, controller, lender) or (replicas, first replica, lender) -> the fetch
+    shared_from: dict[tuple, int] = {}
     for index, item in enumerate(items):
         cluster = system.clusters[item.cluster]
         cycles = cost_model.compute_cycles(item.flops, item.bytes_moved, cluster)
@@ -435,6 +515,9 @@ def build_workload(
             parts = [(None, k, int(item.weight_bytes * fraction), topology.route(k, item.cluster))
                      for k, fraction in stripes.get(item.cluster, {}).items()
                      if k != item.cluster]
+            parts += [(None, items[j].cluster, int(held[index].weight_bytes),
+                       topology.route(items[j].cluster, item.cluster))
+                      for j in replicas.get(index, ()) if j != index]
             for lender, nbytes in loans.get(item.cluster, []):
                 share = int(streamed[index] * nbytes / stream_total[item.cluster])
                 parts.append((None, lender, share, topology.route(lender, item.cluster)))
@@ -451,11 +534,12 @@ def build_workload(
             for dram_id, lender, nbytes, route in parts:
                 nbytes *= reads[index]
                 if nbytes > 0:  # they add up to streamed[index] > 0: at least one is
-                    shared = None
-                    if leader is not None:
-                        key = (leader, len(earlier), dram_id, lender)
-                        shared = shared_from.setdefault(key, len(fetches))
-                        nbytes = fetches[shared]["bytes"] if shared < len(fetches) else nbytes
+                    key = ((leader, len(earlier), dram_id, lender) if leader is not None
+                           else ("replicas", replicas[index][0], lender)
+                           if index in replicas else None)
+                    shared = None if key is None else shared_from.setdefault(key, len(fetches))
+                    if shared is not None and shared < len(fetches):
+                        nbytes = fetches[shared]["bytes"]
                     fetches.append({
                         "task": index, "cluster": item.cluster, "dram": dram_id,
                         "lender": lender, "bytes": nbytes, "route": route, "after": after,

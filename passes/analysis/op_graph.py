@@ -28,6 +28,10 @@ class OpNode:
         Bytes read from tensor arguments that are not constants, and bytes written.
     weight_bytes : int
         Bytes of constant arguments (weights), which live on the cluster running the op.
+    weight_key : str
+        A digest of the constant arguments' values (:func:`~tvm_chiplet.passes.analysis.
+        extract_op_graph.call_tir_weight_key`): ops with equal keys hold the same weights, as
+        the parts of a row split do; "" for none.
     """
 
     op_id: int
@@ -37,6 +41,7 @@ class OpNode:
     input_bytes: int
     output_bytes: int
     weight_bytes: int
+    weight_key: str = ""
 
     @property
     def is_compute(self) -> bool:
@@ -70,7 +75,7 @@ class OpGraph:
         for index, task in enumerate(tasks):
             moved, weights = int(task["bytes_moved"]), int(task["weight_bytes"])
             ops.append(OpNode(index, task["name"], "call_tir", float(task["flops"]),
-                              moved - weights, 0, weights))
+                              moved - weights, 0, weights, task.get("weight_key", "")))
             graph.add_node(index)
             for producer, nbytes in task["deps"]:
                 graph.add_edge(producer, index, nbytes=int(nbytes))

@@ -11,6 +11,7 @@ from tvm_chiplet.passes.analysis.extract_op_graph import (
     AnalysisError,
     call_flops,
     call_tir_weight_bytes,
+    call_tir_weight_key,
     has_static_shape,
     main_bindings,
     moved_bytes,
@@ -52,6 +53,7 @@ class Task:
     weight_bytes: int
     deps: list[list[int]] = field(default_factory=list)
     output_bytes: int = 0
+    weight_key: str = ""  # equal on tasks holding the same weights (call_tir_weight_key)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -190,6 +192,7 @@ def _segment_tasks(mod, func, segment, producers, tasks, data_dependent, flop_ca
                     weight_bytes=weight_bytes,
                     deps=[[p, b] for p, b in sorted(deps.items())],
                     output_bytes=written,
+                    weight_key=call_tir_weight_key(value),
                 )
             )
             origin[binding.var] = {len(tasks) - 1}

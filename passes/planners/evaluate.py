@@ -6,6 +6,7 @@ from tvm_chiplet.passes.analysis.op_graph import OpGraph
 from tvm_chiplet.passes.planners.base import PlanningProblem
 from tvm_chiplet.passes.planners.placement import (
     REDUCTION_DIMS,
+    REPLICATED_DIMS,
     WEIGHT_DIMS,
     OpSplit,
     Placement,
@@ -68,7 +69,7 @@ def graph_items(graph: OpGraph, placement: Placement, partial_scale: float = 1.0
             index_of[op.op_id] = len(items)
             items.append(WorkItem(
                 op.name, placement.op_cluster[op.op_id], op.flops, op.bytes_moved,
-                op.weight_bytes, deps, op.output_bytes,
+                op.weight_bytes, deps, op.output_bytes, op.weight_key,
             ))
         else:
             producers[op.op_id] = reads
@@ -85,12 +86,16 @@ def _split_items(items: list[WorkItem], op, split: OpSplit, deps: list[tuple[int
     reads_all = split.dim in WEIGHT_DIMS and not reduction
     by = tiles_by(split.dim) or blocks_by(split.dim) or 1
     share = 1.0 if reads_all else by / k  # of each input read
+    # Parts that hold the same weights: all of a row or batch split's, and a tiles split's
+    # parts of one output-channel slice (part p holds slice p % by).
+    replicated = tiles_by(split.dim) is not None or split.dim in REPLICATED_DIMS
     parts = []
     for p, cluster in enumerate(split.clusters):
         parts.append(len(items))
         items.append(WorkItem(
             f"{op.name}#{p}", cluster, op.flops / k, part_in + part_out + weights, weights,
             [(src, nbytes * share) for src, nbytes in deps], part_out,
+            f"{op.weight_key or op.op_id}/{p % by}" if replicated else "",
         ))
     combine_flops = (k - 1) * op.output_bytes / 4.0 if reduction else 0.0
     items.append(WorkItem(

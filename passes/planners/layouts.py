@@ -54,6 +54,7 @@ import numpy as np
 from tvm_chiplet.passes.planners.base import PlanningProblem
 from tvm_chiplet.passes.planners.placement import (
     REDUCTION_DIMS,
+    REPLICATED_DIMS,
     PlanningError,
     blocks_by,
     depthwise,
@@ -351,11 +352,16 @@ class LayoutCosts:
     (``1 / R`` when ``R`` copies of the plan, or ``R`` stages, stream at once). ``pooled``:
     ``copies`` copies keep one set of weights between them (a weight pool,
     :attr:`~.placement.Placement.weight_pool`): nothing stays resident beyond a cluster's
-    stripe, and every op's weights stream at :func:`pool_stream_rate`."""
+    stripe, and every op's weights stream at :func:`pool_stream_rate`. ``pool_replicas``
+    (without ``pooled``): the parts of a split that each hold the same weights (a row band
+    each, :data:`~.placement.REPLICATED_DIMS` and tiles) keep one stripe of them each and
+    fetch the others' over the network, as the device does where their clusters stream
+    (:func:`~tvm_chiplet.targets.workload.replica_groups`); without it they hold them whole.
+    """
 
     def __init__(self, problem: PlanningProblem, dram_share: float = 1.0,
                  tiles: Sequence[Sequence[int] | None] = (None,), pooled: bool = False,
-                 copies: int = 1) -> None:
+                 copies: int = 1, pool_replicas: bool = False) -> None:
         self.problem = problem
         self.groups: list[_Group] = []
         self.tile_of: list[int] = []
@@ -377,6 +383,7 @@ class LayoutCosts:
         self.partial_scale = system.partial_sum_scale  # partial sums: the accumulators' width
         efficiency = system.calibration.factor("dram") if system.calibration else 1.0
         self.pooled = pooled
+        self.pool_replicas = pool_replicas and not pooled
         self.dram_rate = max(pool_stream_rate(problem, dram_share, copies) if pooled else
                              sum(d.bandwidth for d in system.drams) * efficiency * dram_share,
                              1e-9)
@@ -597,6 +604,14 @@ class LayoutCosts:
         fetch = (weights / _ingress(system, g.slowest.id) if self.pooled
                  else cost_model.dram_fetch_cycles(weights, g.slowest, system))
         streaming = cycles + max(fetch, k * weights / self.dram_rate) if weights else cycles
+        bands = k // by if by is not None else k if dim in REPLICATED_DIMS else 1
+        if bands > 1 and weights and self.pool_replicas:
+            # The parts holding one slice of the weights (a row band each) pool it: each keeps
+            # its stripe and fetches the others' over the network, added to its compute.
+            stripe = weights / bands
+            fast = cycles + (weights - stripe) / _ingress(system, g.slowest.id)
+            streaming = fast + k * stripe / self.dram_rate
+            return fast, streaming, stripe, g.index[:k], self.budget(g.slowest.id)
         return cycles, streaming, weights, g.index[:k], self.budget(g.slowest.id)
 
 

@@ -24,6 +24,10 @@ SPLIT_DIMS = {
 WEIGHT_DIMS = ("out_channels", "in_channels", "cols", "reduction")
 """Dimensions whose split also splits the weights (each part holds 1/k of them)."""
 
+REPLICATED_DIMS = ("rows", "batch")
+"""Dimensions whose parts each hold all the weights: replicas, which pool them where their
+clusters stream (:func:`~tvm_chiplet.targets.workload.replica_groups`)."""
+
 REDUCTION_DIMS = ("in_channels", "reduction")
 """Dimensions whose parts produce partial sums, combined by additions."""
 

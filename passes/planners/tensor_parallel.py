@@ -16,7 +16,11 @@ import numpy as np
 
 from tvm_chiplet.passes.planners.base import PlanningProblem
 from tvm_chiplet.passes.planners.dram import fastest_dram
-from tvm_chiplet.passes.planners.evaluate import built_items, simulate_placement
+from tvm_chiplet.passes.planners.evaluate import (
+    built_items,
+    placement_items,
+    simulate_placement,
+)
 from tvm_chiplet.passes.planners.ilp_solvers import make_solver
 from tvm_chiplet.passes.planners.layout_ilp import solve_layouts
 from tvm_chiplet.passes.planners.layouts import (
@@ -182,9 +186,10 @@ class TensorParallelPlanner:
     def plan(self, problem: PlanningProblem) -> Placement:
         _require_split_dims(problem, self.name)
         spaces = [self._space(problem, *layout) for layout in self._layouts(problem)]
-        # Searched only when the whole grid's plan takes blocks splits (see below).
+        # Searched only when the whole grid's plan takes blocks splits, or streams (below).
         unblocked = next((space for space in spaces if space.key == UNBLOCKED), None)
-        spaces = [space for space in spaces if space.key != UNBLOCKED]
+        replicas = next((space for space in spaces if space.key == REPLICAS_POOLED), None)
+        spaces = [space for space in spaces if space.key not in (UNBLOCKED, REPLICAS_POOLED)]
         # Every layout's starting point is estimated; the most promising are searched.
         started = {space.key: space.estimate(space.start) for space in spaces}
         # Copies with and without a weight pool are estimated on different streaming models:
@@ -207,6 +212,11 @@ class TensorParallelPlanner:
             # on 32x32 images, mesh-4x4: estimated 6 % faster than without them, simulated 6 %
             # slower): the best plan without them is judged beside it.
             found[UNBLOCKED] = self._search(problem, unblocked)
+        if replicas is not None and "1" in found and any(
+                streamed_bytes(placement_items(problem, found["1"]), problem.system)):
+            # Where the grid's plan streams, the device pools replicated weights, which the
+            # plan estimated held whole: the plan estimated with them pooled is judged too.
+            found[REPLICAS_POOLED] = self._search(problem, replicas)
         tried = {key: cand.objective_cycles for key, cand in found.items()}
         judged = tried
         searched_notes = {"estimated_cycles": tried, "layouts_started": started}
@@ -219,8 +229,12 @@ class TensorParallelPlanner:
             # The estimate is rough (no contention beyond a collective's own messages, DRAM as
             # one pool): the best few are realised and simulated as built. (Simulated before
             # realisation, split ops are costed through one hub, which misjudges these plans.)
-            close, fastest = [], min(tried.values())
-            ranked = sorted((key for key in tried if key not in (UNTILED, UNBLOCKED)),
+            # Estimates with replicas pooled err differently: judged beside the grid's plan,
+            # they set neither the bar nor the size of the plans judged.
+            alike = {key: cycles for key, cycles in tried.items() if key != REPLICAS_POOLED}
+            close, fastest = [], min(alike.values())
+            ranked = sorted((key for key in tried
+                             if key not in (UNTILED, UNBLOCKED, REPLICAS_POOLED)),
                             key=tried.get)
             families = _families(ranked, pooled.get)
             for family in families:
@@ -229,6 +243,8 @@ class TensorParallelPlanner:
                           and tried[key] <= JUDGED_ACROSS * fastest]
             if "1" in close and UNBLOCKED in tried:
                 close.append(UNBLOCKED)
+            if "1" in close and REPLICAS_POOLED in tried:
+                close.append(REPLICAS_POOLED)
             # The plan without 2-D splits is judged when its estimate is close to that of the
             # best plan with tiles alone (blocks splits' estimates err otherwise).
             flat = tried.get(UNBLOCKED, tried.get("1"))
@@ -239,8 +255,9 @@ class TensorParallelPlanner:
             # Realising takes time in proportion to a plan's messages, and the best estimate's
             # plan is realised anyway: another is judged only if it realises no larger, or
             # small enough to realise in seconds.
-            budget = max(collective_messages(found[min(tried, key=tried.get)]), JUDGED_MESSAGES)
-            close = [key for key in close if collective_messages(found[key]) <= budget]
+            budget = max(collective_messages(found[min(alike, key=alike.get)]), JUDGED_MESSAGES)
+            close = [key for key in close
+                     if key == REPLICAS_POOLED or collective_messages(found[key]) <= budget]
             judged = {}
             for key in close:
                 found[key], judged[key] = self._judge(problem, found[key])
@@ -306,6 +323,8 @@ class TensorParallelPlanner:
             if inputs == 1 and any(_blocks(dims) and not _follows(problem, op_id)
                                    for op_id, dims in problem.split_dims.items()):
                 yield UNBLOCKED, [None], None, False, 1, True, False
+            if inputs == 1:
+                yield REPLICAS_POOLED, [None], None, False, 1, True, True, True
         copied = []
         for copies, tiles in tilings.items():
             if copies <= inputs:
@@ -332,7 +351,8 @@ class TensorParallelPlanner:
 
     def _space(self, problem: PlanningProblem, key: str, tiles: list[list[int] | None],
                copy_tiles: list[list[int]] | None, pooled: bool = False,
-               microbatch: int = 1, tiled: bool = True, blocks: bool = True) -> _Space:
+               microbatch: int = 1, tiled: bool = True, blocks: bool = True,
+               pool_replicas: bool = False) -> _Space:
         """The search space of one layout: each stage on its tile (``[None]``: one stage on
         every cluster), copies on ``copy_tiles``, each copy's stages with their share of the
         DRAM bandwidth (of the weight pool's rate, ``pooled``), which a ``microbatch`` of
@@ -343,7 +363,7 @@ class TensorParallelPlanner:
         stages, copies = len(tiles), len(copy_tiles or [None])
         share = microbatch / (copies * (stages if self.batches > 1 else 1))
         costs = LayoutCosts(problem, dram_share=share, tiles=tiles, pooled=pooled,
-                            copies=copies)
+                            copies=copies, pool_replicas=pool_replicas)
         stage_of = stage_ops(problem, costs, self.max_parts) if stages > 1 else None
         options = {op_id: self._options(costs, dims, costs.tile_groups(
                        stage_of[op_id] if stage_of is not None else 0),
@@ -594,6 +614,12 @@ them (:data:`JUDGED` counts the other layouts)."""
 UNBLOCKED = "1 unblocked"
 """The layout of the whole grid with 2-D tiles but no blocks splits, for one input: searched
 and judged beside the plan with them when that plan has some."""
+
+REPLICAS_POOLED = "1 replicas pooled"
+"""The layout of the whole grid for one input, estimated with the parts of a split that hold
+the same weights pooling them (:class:`~.layouts.LayoutCosts` ``pool_replicas``), as the
+device does where their clusters stream: searched and judged beside the plan estimated with
+them held whole, since which the device does depends on the plan."""
 
 BLOCK_ASPECT = 4
 """Most input-channel groups per output-channel slice of a blocks split, and the reverse: a

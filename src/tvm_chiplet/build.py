@@ -71,7 +71,7 @@ def describe_plan(schedule: SegmentSchedule, system: ChipletSystem, strategy: st
     topology = Topology(system)
     items = [
         WorkItem(t.name, t.cluster, t.flops, t.bytes_moved, t.weight_bytes,
-                 [(p, b) for p, b in t.deps], t.output_bytes)
+                 [(p, b) for p, b in t.deps], t.output_bytes, t.weight_key)
         for t in schedule.tasks
     ]
     copies = [dict(mapping) for mapping in replicas]

@@ -188,6 +188,25 @@ def test_row_splits_exchange_only_the_halo_rows():
     assert sorted(halo) == [(16 * 12 * 4, 0, 1), (16 * 12 * 4, 1, 0)]
 
 
+def test_the_parts_that_hold_the_same_weights_share_one_weight_key():
+    # Row parts hold the whole weights, output-channel parts a half each; a tiles/2 part p
+    # holds column slice p % 2. The device pools the weights of parts with one key.
+    def holders(mod, splits, shape):
+        reduced, clusters = split_and_check(mod, splits, shape)
+        keys: dict[str, list[int]] = {}
+        for op, cluster in zip(extract_op_graph(reduced).ops, clusters, strict=True):
+            if op.weight_key:
+                keys.setdefault(op.weight_key, []).append(cluster)
+        return sorted(sorted(clusters) for clusters in keys.values())
+
+    rows_then_out = [DistributedSplit(0, "rows", (0, 1)),
+                     DistributedSplit(1, "out_channels", (0, 1))]
+    assert holders(conv_chain(), rows_then_out, (1, 8, 12, 12)) == [[0], [0, 1], [1]]
+    tiles = [DistributedSplit(0, "tiles/2", (0, 1, 2, 3)),
+             DistributedSplit(1, "tiles/2", (0, 1, 2, 3))]
+    assert holders(mlp(), tiles, (16, 32)) == [[0, 2], [0, 2], [1, 3], [1, 3]]
+
+
 def test_megatron_mlp_columns_then_reduction_moves_only_the_final_sum():
     mod = mlp()
     splits = [DistributedSplit(0, "cols", (0, 1, 2, 3)),

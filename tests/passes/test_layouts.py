@@ -154,6 +154,28 @@ def test_a_depthwise_conv_split_in_2d_reads_its_own_tile_not_its_band_gathered()
     assert cycles[0] < cycles[1]
 
 
+def test_parts_holding_one_slice_of_the_weights_pool_it_when_asked():
+    # With pool_replicas, each of the parts that hold the same weights (a row band each)
+    # holds a stripe of them and fetches the others' over its links before it computes.
+    system = mesh_system(4, 4, bandwidth=32.0)
+    problem = PlanningProblem(CHAIN, system, Topology(system), DIMS)
+    whole, pooled = LayoutCosts(problem), LayoutCosts(problem, pool_replicas=True)
+    op, grid = CHAIN.ops[0], len(whole.groups) - 1
+    assert whole.groups[grid].size == 16
+    ingress = sum(link.bandwidth for link in system.links
+                  if link.dst == whole.groups[grid].slowest.id)
+    cycles, _, held, _, _ = whole.part(op, grid, 16, "rows")
+    pooled_cycles, _, stripe, _, _ = pooled.part(op, grid, 16, "rows")
+    assert held == op.weight_bytes and stripe == op.weight_bytes / 16
+    assert pooled_cycles == pytest.approx(cycles + op.weight_bytes * 15 / 16 / ingress)
+    # tiles/4: 4 bands hold each quarter of the weights, a sixteenth each.
+    assert pooled.part(op, grid, 16, "tiles/4")[2] == op.weight_bytes / 16
+    assert whole.part(op, grid, 16, "tiles/4")[2] == op.weight_bytes / 4
+    # An output-channel split has no replicas.
+    assert pooled.part(op, grid, 16, "out_channels")[:3] == whole.part(
+        op, grid, 16, "out_channels")[:3]
+
+
 def test_a_layer_norm_after_a_matmuls_2d_split_runs_on_each_bands_rows():
     # matmul (2-D split) -> layer norm -> matmul (2-D split), a transformer's residual stream:
     # the norm reads every column of its rows, so the tiles are re-cut along the rows inside
@@ -419,11 +441,12 @@ def test_a_split_over_a_group_its_live_links_do_not_join_names_its_islands():
 
 
 def test_a_weight_pool_streams_every_op_at_its_share_of_the_pools_rate():
-    # CHAIN's 160 kB of weights on a 2x2 mesh of 16 kB clusters: the pool (4 x 12 kB) holds
-    # 30 % of them, which the links deliver; DRAM the rest, both at once.
+    # CHAIN's 160 kB of weights on a 2x2 mesh of 16 kB clusters: the pool (4 x 15 kB, all but
+    # the stream buffers) holds 37.5 % of them, which the links deliver; DRAM the rest, both at
+    # once.
     system = mesh_system(2, 2, bandwidth=32.0, sram_bytes=16_000, dram_bandwidth=64.0)
     problem = PlanningProblem(CHAIN, system, Topology(system), DIMS)
-    held = 4 * 12_000 / 160_000
+    held = 4 * 15_000 / 160_000
     links = 8 * 32.0 / (4 / 3)  # eight links, routes of 4/3 hops on average
     rate = 1.0 / max(held / links, (1 - held) / 64.0)
     assert pool_stream_rate(problem, 1.0) == pytest.approx(rate)
@@ -434,7 +457,7 @@ def test_a_weight_pool_streams_every_op_at_its_share_of_the_pools_rate():
         1.0 / max(held / (8 * 32.0 / 4), (1 - held) / 64.0))
     pooled = LayoutCosts(problem, dram_share=0.25, pooled=True)
     plain = LayoutCosts(problem, dram_share=0.25)
-    assert pooled.budget(0) == 0 and plain.budget(0) == 12_000
+    assert pooled.budget(0) == 0 and plain.budget(0) == 15_000
     assert pooled.dram_rate == pytest.approx(rate / 4) and plain.dram_rate == pytest.approx(16.0)
 
 

@@ -4,7 +4,7 @@ import pytest
 
 from tvm_chiplet.runtime.device import ENERGY_TERMS, simulate_workload
 from tvm_chiplet.targets.system import ChipletSystem
-from tvm_chiplet.targets.workload import WorkItem, build_workload
+from tvm_chiplet.targets.workload import STREAM_BUFFER_FRACTION, WorkItem, build_workload
 
 FREQ = 1.0e9
 
@@ -47,7 +47,7 @@ def test_each_term_is_the_cost_models_closed_form():
 def test_streamed_weights_pay_dram_and_link_energy_per_inference():
     system = energy_system()
     one, four = run(system, 1, 3000.0), run(system, 4, 3000.0)
-    streamed = 3000 - 0.75 * 1000  # beyond the resident budget, every inference
+    streamed = int(3000 - (1 - STREAM_BUFFER_FRACTION) * 1000)  # beyond the resident budget
     assert one.energy.per_inference_pj["dram"] == pytest.approx(8 * streamed * 10.0)
     assert four.energy.per_inference_pj["dram"] == pytest.approx(8 * streamed * 10.0)
     # The fetch crosses the a -> b link like the 64 B message.

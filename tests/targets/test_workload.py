@@ -1,3 +1,5 @@
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -12,6 +14,7 @@ from tvm_chiplet.targets.workload import (
     build_workload,
     microbatch_items,
     pool_groups,
+    replica_groups,
     replicate_items,
     reuses_weights,
     streamed_bytes,
@@ -32,14 +35,14 @@ def test_clusters_whose_weights_overflow_sram_fetch_them_from_dram():
     tasks, _, resident, fetches = build_workload(items, system)
     assert resident == [False, True]
     assert [f["task"] for f in fetches] == [0, 1]
-    # 1024 B of SRAM less the stream buffer pins 768 B: 384 B of each item's weights.
-    assert all(f["bytes"] == WEIGHTS - 384 and f["route"] == [] for f in fetches)
+    # 1024 B of SRAM less the 1/16 stream buffer pins 960 B: 480 B of each item's weights.
+    assert all(f["bytes"] == WEIGHTS - 480 and f["route"] == [] for f in fetches)
     # Two weight buffers: both fetches may be issued at once; the DMA engine runs them in turn.
     assert [f["after"] for f in fetches] == [None, None]
     sim = simulate_workload(tasks, [], system, network="analytical", fetches=fetches)
     # The weights arrive in STREAM_CHUNKS pieces (they fill far more than the buffer's halves
-    # of 128 B): an item starts as its first piece lands and ends on its last.
-    fetch = (WEIGHTS - 384) / 64.0
+    # of 32 B): an item starts as its first piece lands and ends on its last.
+    fetch = (WEIGHTS - 480) / 64.0
     assert sim.task_start[0, 0] == pytest.approx(fetch / STREAM_CHUNKS)
     assert sim.task_end[0, 0] == pytest.approx(fetch + tasks[0]["cycles"] / STREAM_CHUNKS)
     assert sim.task_start[0, 1] == pytest.approx(fetch + fetch / STREAM_CHUNKS)
@@ -70,11 +73,15 @@ def test_a_piece_waits_for_the_chunk_two_before_it_to_free_its_half_of_the_buffe
 
 
 def test_a_cluster_keeps_what_fits_resident_and_streams_the_rest():
-    # 3 MB of SRAM, 4 MB of weights: the 2.25 MB resident budget holds the 2 MB item, and the
-    # 0.25 MB left pins an eighth of each other item's weights.
-    system = mesh_system(1, 1, sram_bytes=3_000_000, dram_at=((0, 0),))
+    # 3.2 MB of SRAM, 4 MB of weights: the 3 MB resident budget (all but the 1/16 stream
+    # buffer) holds the 2 MB and the 1 MB items, and the 0 MB left pins nothing of the others.
+    system = mesh_system(1, 1, sram_bytes=3_200_000, dram_at=((0, 0),))
     sizes = [1_000_000, 2_000_000, 500_000, 500_000]
     items = [WorkItem(str(i), 0, 1.0, 1.0, size) for i, size in enumerate(sizes)]
+    assert streamed_bytes(items, system) == [0, 0, 500_000, 500_000]
+    # 2.4 MB of SRAM: the 2.25 MB budget holds the 2 MB item, and the 0.25 MB left pins an
+    # eighth of each other item's weights.
+    system = mesh_system(1, 1, sram_bytes=2_400_000, dram_at=((0, 0),))
     assert streamed_bytes(items, system) == [875_000, 0, 437_500, 437_500]
     _, _, resident, fetches = build_workload(items, system)
     assert resident == [False]
@@ -83,18 +90,18 @@ def test_a_cluster_keeps_what_fits_resident_and_streams_the_rest():
 
 
 def test_interleaved_fetches_take_each_controllers_share():
-    # 1024 B of SRAM less the stream buffer pins 768 B of the 2001: 1233 B stream.
+    # 1024 B of SRAM less the stream buffer pins 960 B of the 2001: 1041 B stream.
     system = mesh_system(1, 3, sram_bytes=1024, dram_at=((0, 0), (2, 0)))
     _, _, _, fetches = build_workload([WorkItem("a", 1, 1.0, 1.0, 2001)], system)
-    assert [(f["dram"], f["bytes"], len(f["route"])) for f in fetches] == [(0, 617, 1),
-                                                                           (1, 616, 1)]
+    assert [(f["dram"], f["bytes"], len(f["route"])) for f in fetches] == [(0, 521, 1),
+                                                                           (1, 520, 1)]
     _, _, _, nearest = build_workload([WorkItem("a", 0, 1.0, 1.0, 2001)], system,
                                       dram_policy="nearest")
-    assert [(f["dram"], f["bytes"], f["route"]) for f in nearest] == [(0, 1233, [])]
+    assert [(f["dram"], f["bytes"], f["route"]) for f in nearest] == [(0, 1041, [])]
     shares = ((0, 1, 0.25), (0, 0, 0.75))
     _, _, _, balanced = build_workload([WorkItem("a", 0, 1.0, 1.0, 2001)], system,
                                        dram_policy="balanced", dram_shares=shares)
-    assert [(f["dram"], f["bytes"]) for f in balanced] == [(1, 309), (0, 924)]
+    assert [(f["dram"], f["bytes"]) for f in balanced] == [(1, 261), (0, 780)]
 
 
 def test_two_clusters_streaming_from_one_controller_share_its_bandwidth():
@@ -105,7 +112,7 @@ def test_two_clusters_streaming_from_one_controller_share_its_bandwidth():
     shared = simulate_workload(tasks, messages, system, fetches=fetches)
     analytical = simulate_workload(tasks, messages, system, network="analytical",
                                    fetches=fetches)
-    fetch = (WEIGHTS - 768) / 64.0  # each cluster pins 768 B of its one item
+    fetch = (WEIGHTS - 960) / 64.0  # each cluster pins 960 B of its one item
     # When the last of its STREAM_CHUNKS pieces landed:
     last = tasks[0]["cycles"] / STREAM_CHUNKS
     assert alone.task_end[0, 0] - last == pytest.approx(fetch)
@@ -128,7 +135,7 @@ def test_dram_controller_load_is_reported():
     items = [WorkItem("a", 0, 2.0, 8.0, WEIGHTS), WorkItem("b", 1, 2.0, 8.0, WEIGHTS)]
     tasks, messages, _, fetches = build_workload(items, system)
     sim = simulate_workload(tasks, messages, system, fetches=fetches)
-    streamed = 2 * (WEIGHTS - 768)
+    streamed = 2 * (WEIGHTS - 960)
     assert sim.dram_bytes.tolist() == [streamed]
     assert sim.dram_busy_cycles[0] == pytest.approx(streamed / 64.0, rel=0.01)
     plan = {"tasks": [{**t, "op_id": i} for i, t in enumerate(tasks)], "messages": messages,
@@ -146,17 +153,17 @@ def lending_system():
 
 def test_a_loan_fetches_its_share_from_the_lender_and_the_rest_from_dram():
     system = lending_system()
-    # Cluster 0 streams 1233 B per batch (2001 B less its 768 B resident budget); cluster 2
+    # Cluster 0 streams 1041 B per batch (2001 B less its 960 B resident budget); cluster 2
     # holds 200 B of weights and lends 600 B of its 1024 B of SRAM.
     items = [WorkItem("a", 0, 2.0, 8.0, 2001), WorkItem("b", 2, 2.0, 8.0, 200)]
     tasks, _, _, fetches = build_workload(items, system, sram_loans=[(0, 2, 600)])
     assert [(f["dram"], f["lender"], f["bytes"], len(f["route"])) for f in fetches] == [
-        (None, 2, 600, 2), (0, None, 633, 0)]
+        (None, 2, 600, 2), (0, None, 441, 0)]
     sim = simulate_workload(tasks, [], system, network="analytical", fetches=fetches)
-    # The parts travel in parallel: 633 B from DRAM at 50 B/cycle outlast 600 B over two
+    # The parts travel in parallel: 441 B from DRAM at 50 B/cycle outlast 600 B over two
     # 100 B/cycle links (+ 2 cycles of latency).
-    assert sim.task_start[0, 0] == pytest.approx(633 / 50.0)
-    assert sim.dram_bytes.tolist() == [633]
+    assert sim.task_start[0, 0] == pytest.approx(441 / 50.0)
+    assert sim.dram_bytes.tolist() == [441]
     assert sim.link_bytes.sum() == 2 * 600
 
 
@@ -195,8 +202,8 @@ def _copies_on_a_line(sizes, sram_bytes=1024):
 
 
 def test_a_weight_pool_stripes_one_set_of_weights_over_the_copies():
-    # Four copies each stream 2000 B; each keeps 768 B resident (its stripe, a quarter of
-    # the copy's weights when they fit the pool's 3072 B) and fetches the other three stripes.
+    # Four copies each stream 2000 B; each keeps 960 B resident (its stripe, a quarter of
+    # the copy's weights when they fit the pool's 3840 B) and fetches the other three stripes.
     system, items, pool = _copies_on_a_line([800, 1200], sram_bytes=1024)
     assert pool == [(0, 1, 2, 3)]
     _, _, resident, fetches = build_workload(items, system, pool=pool)
@@ -205,20 +212,20 @@ def test_a_weight_pool_stripes_one_set_of_weights_over_the_copies():
     for task, item in enumerate(items):
         mine = [f for f in fetches if f["task"] == task]
         assert sorted(f["lender"] for f in mine) == sorted({0, 1, 2, 3} - {item.cluster})
-        assert [f["bytes"] for f in mine] == [int(item.weight_bytes * 768 / 3072)] * 3
+        assert [f["bytes"] for f in mine] == [int(item.weight_bytes * 960 / 3840)] * 3
     # What each member holds for the pool fits its resident budget.
     held = {k: sum(f["bytes"] for f in fetches if f["lender"] == k) / 3 for k in range(4)}
-    assert all(nbytes <= 768 for nbytes in held.values())
+    assert all(nbytes <= 960 for nbytes in held.values())
 
 
 def test_what_the_pool_cannot_hold_streams_from_dram():
-    # 8000 B per copy, 4 x 768 B of pool: each item is 3072 / 8000 pooled, the rest from DRAM.
+    # 8000 B per copy, 4 x 960 B of pool: each item is 3840 / 8000 pooled, the rest from DRAM.
     system, items, pool = _copies_on_a_line([4000, 4000])
     _, _, _, fetches = build_workload(items, system, pool=pool)
     first = [f for f in fetches if f["task"] == 0]
-    assert [f["bytes"] for f in first if f["lender"] is not None] == [768 * 4000 // 8000] * 3
+    assert [f["bytes"] for f in first if f["lender"] is not None] == [960 * 4000 // 8000] * 3
     from_dram = sum(f["bytes"] for f in first if f["dram"] is not None)
-    assert from_dram == int(4000 * (1 - 768 / 8000)) - 3 * (768 * 4000 // 8000)
+    assert from_dram == int(4000 * (1 - 960 / 8000)) - 3 * (960 * 4000 // 8000)
 
 
 def test_each_part_of_a_pooled_item_is_fetched_once_and_multicast_to_its_readers():
@@ -267,6 +274,76 @@ def test_copies_whose_sram_holds_two_sets_of_weights_keep_two_pools_of_neighbour
     assert all(f["bytes"] == 4000 // 2 for f in fetches)  # each holds half of its pool's set
 
 
+def _replicas(sram_bytes, weights=3000, keys=("w", "w", "w", "w"), deps=None):
+    """A producer on cluster 0 of a 1x4 multicast line, and four parts of one op (the same
+    weights, ``keys``) reading it, one per cluster, beside 500 B of other weights each."""
+    system = mesh_system(1, 4, bandwidth=100.0, latency=1.0, sram_bytes=sram_bytes,
+                         dram_bandwidth=50.0, dram_at=((0, 0),), multicast=True)
+    items = [WorkItem("x", 0, 2.0, 8.0, 0.0, output_bytes=8)]
+    items += [WorkItem(f"other{c}", c, 2.0, 8.0, 500.0) for c in range(4)]
+    items += [WorkItem(f"part{c}", c, 2.0, 8.0, weights, deps or [(0, 8)], 8, key)
+              for c, key in enumerate(keys)]
+    return system, items
+
+
+def test_replicas_of_one_weight_keep_a_stripe_each_and_multicast_it_to_the_others():
+    # 3500 B of weights on each 2048 B cluster: each part keeps 750 B (a quarter) of the
+    # replicated 3000 B resident and fetches the other three stripes from their holders.
+    system, items = _replicas(2048)
+    assert replica_groups(items, system) == {i: (5, 6, 7, 8) for i in range(5, 9)}
+    tasks, messages, resident, fetches = build_workload(items, system)
+    assert resident == [False] * 4
+    assert all(f["dram"] is None and f["bytes"] == 750 for f in fetches)  # no DRAM read
+    for c in range(4):
+        mine = [f for f in fetches if f["task"] == 5 + c]
+        assert sorted(f["lender"] for f in mine) == sorted({0, 1, 2, 3} - {c})
+    # Each stripe is one transfer, shared by its three readers: a multicast tree.
+    shared = {}
+    for f in fetches:
+        shared.setdefault(f["shared"], []).append(f)
+    assert sorted(len(group) for group in shared.values()) == [3] * 4
+    sim = simulate_workload(tasks, messages, system, network="flow", fetches=fetches)
+    assert sim.dram_bytes.sum() == 0
+    # A link on the way to several readers carries a stripe once, not once per reader.
+    sent = sum(len(f["route"]) * f["bytes"] for f in fetches)
+    assert sim.link_bytes.sum() - sum(len(m["route"]) * m["bytes"] for m in messages) < sent
+    # Without pooling each part would stream 3000 + 500 - 15/16 x 2048 B from DRAM.
+    alone = [dataclasses.replace(item, weight_key="") for item in items]
+    fetched = sum(f["bytes"] for f in build_workload(alone, system)[3])
+    assert fetched == pytest.approx(4 * (3500 - 1920), abs=4)
+
+
+def test_replicas_that_fit_their_clusters_stay_whole_and_fetch_nothing():
+    system, items = _replicas(8192)
+    assert replica_groups(items, system) == {}
+    assert build_workload(items, system)[3] == []
+
+
+def test_only_replicas_that_do_not_wait_for_each_other_pool():
+    # Parts 1-3 read part 0: layers that share weights, run one after another, not replicas.
+    system, items = _replicas(2048, deps=[(5, 8)])
+    items[5] = dataclasses.replace(items[5], deps=[(0, 8)])
+    groups = replica_groups(items, system)
+    assert groups == {i: (6, 7, 8) for i in range(6, 9)}  # the three at one depth
+    # Parts with different weights, or with none named, do not pool.
+    system, items = _replicas(2048, keys=("a", "b", "", "a"))
+    assert replica_groups(items, system) == {5: (5, 8), 8: (5, 8)}
+
+
+def test_replicas_whose_stripes_do_not_fit_stream_from_dram():
+    # 16000 B over 4 clusters of 2048 B: a 4000 B stripe fits no resident budget.
+    system, items = _replicas(2048, weights=16000)
+    assert replica_groups(items, system) == {}
+    _, _, _, fetches = build_workload(items, system)
+    assert all(f["dram"] == 0 for f in fetches)
+
+
+def test_copies_never_pool_their_weights_as_replicas():
+    _, items = _replicas(2048)
+    copies = replicate_items(items[:1] + items[5:6], [{0: 1}])
+    assert [item.weight_key for item in copies] == ["", "w", "", "w@1"]
+
+
 def test_a_pool_refuses_loans_beside_it():
     system, items, pool = _copies_on_a_line([800, 1200])
     with pytest.raises(ValueError, match="weight pool and SRAM loans cannot be combined"):
@@ -305,8 +382,8 @@ def test_a_microbatch_fetches_streamed_weights_once_for_all_its_inputs():
     assert activation_reserve(items, system, 4) == [120.0, 0.0]
     tasks, messages, _, fetches = build_workload(items, system, microbatch=4)
     one_tasks, one_messages, _, one_fetches = build_workload(items, system)
-    assert [f["bytes"] for f in fetches] == [WEIGHTS - int(0.75 * (1024 - 120))]
-    assert [f["bytes"] for f in one_fetches] == [WEIGHTS - 768]
+    assert [f["bytes"] for f in fetches] == [int(WEIGHTS - 15 / 16 * (1024 - 120))]
+    assert [f["bytes"] for f in one_fetches] == [WEIGHTS - 960]
     assert messages[0]["bytes"] == 4 * one_messages[0]["bytes"]
     assert tasks[0]["mac_pj"] == pytest.approx(4 * one_tasks[0]["mac_pj"])
     # DRAM-bound: 8 inputs in 2 rounds of 4 take about a quarter of 8 rounds of one.
@@ -320,14 +397,14 @@ def test_a_microbatch_fetches_streamed_weights_once_for_all_its_inputs():
 
 def test_an_item_whose_microbatch_activations_would_crowd_out_its_weights_runs_input_by_input():
     # "head" reuses its weights (700 B against 500 B of activations per input, as a language
-    # model's head), but its cluster's 1024 B leave BATCH_ROOM (768 B, all but the stream
+    # model's head), but its cluster's 1024 B leave BATCH_ROOM (960 B, all but the stream
     # buffer) for the other inputs' activations: a microbatch of 2 batches it, one of 3
     # (1000 B more) runs it input by input and reserves nothing for it, while "a" (8 B of
     # activations per input) still batches.
     system = streaming_system()
     items = [WorkItem("a", 0, 2.0, WEIGHTS + 8.0, WEIGHTS),
              WorkItem("head", 1, 2.0, 1200.0, 700.0)]
-    assert BATCH_ROOM * 1024 == 768
+    assert BATCH_ROOM * 1024 == 960
     assert batched(items, system, 1) == [False, False]
     assert batched(items, system, 2) == [True, True]
     assert batched(items, system, 3) == [True, False]
@@ -354,7 +431,7 @@ def test_an_item_whose_activations_outweigh_its_weights_runs_a_microbatch_input_
     assert (a.bytes_moved, b.bytes_moved) == (3 * 200_000.0, 200_000.0 + 3 * 2000.0)
     assert activation_reserve([early, late], system, 3) == [2 * 2000.0]
     _, _, _, fetches = build_workload([early, late], system, microbatch=3)
-    resident = 0.75 * 16384  # at most: the SRAM less the stream buffer
+    resident = 15 / 16 * 16384  # at most: the SRAM less the stream buffer
     assert 3 * (20_000 - resident) <= fetches[0]["bytes"] <= 3 * 20_000
     assert 200_000 - resident <= fetches[1]["bytes"] <= 200_000
     # Items with 9x more activation than weights: a microbatch that would need 1.6 MB of

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import math
 import os
 import statistics
@@ -83,8 +84,7 @@ def oblivious_items(healthy: ChipletSystem, faulty: ChipletSystem, items: list[W
         nearest = min(survivors, key=lambda c: (topology.hops(cluster, c), c))
         return alive[healthy.clusters[nearest].name]
 
-    return [WorkItem(i.name, moved(i.cluster), i.flops, i.bytes_moved, i.weight_bytes, i.deps,
-                     i.output_bytes) for i in items]
+    return [dataclasses.replace(i, cluster=moved(i.cluster)) for i in items]
 
 
 def routes_ok(healthy: ChipletSystem, faulty: ChipletSystem, workload) -> bool:
