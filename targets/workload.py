@@ -54,7 +54,7 @@ items' weights exceed its SRAM), the group pools them as a weight pool does
 (:func:`replica_groups`): each member keeps a ``1 / r`` stripe resident before all its other
 weights, and every batch fetches the other ``r - 1`` stripes from their holders, each stripe
 one shared fetch sent once to all its readers. Replicas that wait for each other (layers that
-share weights) never pool, nor do copies (below) as replicas: their keys differ per copy.
+share weights) never pool, nor do copies (above) as replicas: their keys differ per copy.
 
 Microbatches (several inputs per weight fetch)
 ----------------------------------------------

@@ -43,7 +43,7 @@ from tvm_chiplet.passes.planners.placement import (
     tileable,
     tiles_dim,
 )
-from tvm_chiplet.targets.workload import streamed_bytes
+from tvm_chiplet.targets.workload import replica_groups, streamed_bytes
 
 
 def _require_split_dims(problem: PlanningProblem, strategy: str) -> None:
@@ -186,7 +186,7 @@ class TensorParallelPlanner:
     def plan(self, problem: PlanningProblem) -> Placement:
         _require_split_dims(problem, self.name)
         spaces = [self._space(problem, *layout) for layout in self._layouts(problem)]
-        # Searched only when the whole grid's plan takes blocks splits, or streams (below).
+        # Searched only when the whole grid's plan takes blocks splits, or pools (below).
         unblocked = next((space for space in spaces if space.key == UNBLOCKED), None)
         replicas = next((space for space in spaces if space.key == REPLICAS_POOLED), None)
         spaces = [space for space in spaces if space.key not in (UNBLOCKED, REPLICAS_POOLED)]
@@ -212,10 +212,10 @@ class TensorParallelPlanner:
             # on 32x32 images, mesh-4x4: estimated 6 % faster than without them, simulated 6 %
             # slower): the best plan without them is judged beside it.
             found[UNBLOCKED] = self._search(problem, unblocked)
-        if replicas is not None and "1" in found and any(
-                streamed_bytes(placement_items(problem, found["1"]), problem.system)):
-            # Where the grid's plan streams, the device pools replicated weights, which the
-            # plan estimated held whole: the plan estimated with them pooled is judged too.
+        if replicas is not None and "1" in found and replica_groups(
+                placement_items(problem, found["1"]), problem.system):
+            # Where the device pools replicated weights of the grid's plan, which it estimated
+            # held whole, the plan estimated with them pooled is judged too.
             found[REPLICAS_POOLED] = self._search(problem, replicas)
         tried = {key: cand.objective_cycles for key, cand in found.items()}
         judged = tried

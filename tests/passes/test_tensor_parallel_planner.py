@@ -183,18 +183,19 @@ def test_the_plan_without_2d_splits_is_judged_beside_the_best_layouts_not_in_the
 
 
 @pytest.mark.parametrize("sram_bytes", [300_000, 2 * 2**20])
-def test_where_the_grids_plan_streams_a_plan_with_replicas_pooled_is_judged_beside_it(
+def test_where_the_device_pools_the_grids_replicas_a_plan_so_estimated_is_judged_beside_it(
         sram_bytes):
     # 1.6 MB of weights over four clusters: with 300 kB each the grid's plan streams, so the
-    # device would pool replicated weights (row parts'), and the plan estimated that way is
+    # device pools its replicated weights (row parts'), and the plan estimated that way is
     # simulated beside it; with 2 MB each nothing streams and it is not searched.
     system = mesh_system(2, 2, bandwidth=64.0, sram_bytes=sram_bytes)
-    base = PlanningProblem(CHAIN, system, Topology(system), DIMS, simulator=simulate_workload)
+    dims = {**DIMS, 0: {"rows": 56}}  # op 0 splits by rows only: four replicas of 400 kB
+    base = PlanningProblem(CHAIN, system, Topology(system), dims, simulator=simulate_workload)
     p = dataclasses.replace(base, realise=lambda placement: (base.graph, placement))
     notes = TensorParallelPlanner(batches=1).plan(p).notes
     streams = sram_bytes < 1_000_000
     assert ("1 replicas pooled" in notes["estimated_cycles"]) == streams
-    assert ("1 replicas pooled" in notes["simulated_cycles"]) == streams
+    assert ("1 replicas pooled" in notes.get("simulated_cycles", {})) == streams
 
 
 def test_a_plan_with_blocks_splits_is_judged_beside_the_best_plan_without_them():
