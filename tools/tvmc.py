@@ -82,8 +82,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
         per_input = copies * microbatch
         from_dram = dram_bytes(fetches) / per_input
         lent = sum(f["bytes"] for f in fetches if f.get("dram") is None) / per_input
-        held = "the copies' weight pool" if plan.get("weight_pool") else "other clusters' SRAM " \
-            "(loans)"
+        held = ("the copies' weight pool" if plan.get("weight_pool")
+                else "other clusters' SRAM (loans)" if plan.get("sram_loans")
+                else "the stripes their replicas hold (pooled replicas)")
         print(f"  weights streamed per input: {bytes_label(from_dram)} from DRAM"
               + (f", {bytes_label(lent)} from {held}" if lent else "")
               + (f"; each fetch serves a microbatch of {microbatch} inputs"
