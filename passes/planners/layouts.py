@@ -263,6 +263,12 @@ def pool_stream_rate(problem: PlanningProblem, share: float, copies: int = 1) ->
     return 1.0 / max(held / (network * share), (1.0 - held) / (dram * share * copies))
 
 
+PLANNED_HEADROOM = 0.25
+"""Share of a cluster's SRAM the estimates keep free of resident weights: the device's stream
+buffer (:data:`~tvm_chiplet.targets.workload.STREAM_BUFFER_FRACTION`) and room for what they
+leave out (activations)."""
+
+
 def _ingress(system, cluster: int) -> float:
     """Bytes per cycle that can enter ``cluster`` over its calibrated links."""
     return max(sum(link_rate(system, link.id) for link in system.links if link.dst == cluster),
@@ -578,7 +584,7 @@ class LayoutCosts:
         if self.pooled:
             return 0.0
         sram = self.problem.system.clusters[cluster].sram_bytes
-        return (1.0 - STREAM_BUFFER_FRACTION) * sram
+        return (1.0 - PLANNED_HEADROOM) * sram
 
     def part(self, op, group: int, parts: int, dim: str | None):
         """``(cycles, streaming, weights, members, budget)`` of one of ``parts`` parts of

@@ -58,8 +58,8 @@ def test_weights_that_overflow_a_cluster_stream_at_the_dram_rate():
     _, group = found.choice[1]
     assert space.walk.costs.groups[group].size == 8  # 1 MB each fits a budget, 2 MB would not
     whole = solve_layouts(space.walk, {**space.options, 1: [None]})
-    # Whole on one cluster, its weights less the budget (15/16 of 2 MiB) stream at 8 B/cycle.
-    streamed = (8_000_000 - 15 / 16 * 2 * 2**20) / 8.0
+    # Whole on one cluster, its weights less the budget (0.75 of 2 MiB) stream at 8 B/cycle.
+    streamed = (8_000_000 - 0.75 * 2 * 2**20) / 8.0
     assert whole.objective > found.objective + 0.9 * streamed
 
 

@@ -457,7 +457,8 @@ def test_a_weight_pool_streams_every_op_at_its_share_of_the_pools_rate():
         1.0 / max(held / (8 * 32.0 / 4), (1 - held) / 64.0))
     pooled = LayoutCosts(problem, dram_share=0.25, pooled=True)
     plain = LayoutCosts(problem, dram_share=0.25)
-    assert pooled.budget(0) == 0 and plain.budget(0) == 15_000
+    # The estimates keep a quarter of SRAM free of resident weights (PLANNED_HEADROOM).
+    assert pooled.budget(0) == 0 and plain.budget(0) == 12_000
     assert pooled.dram_rate == pytest.approx(rate / 4) and plain.dram_rate == pytest.approx(16.0)
 
 
