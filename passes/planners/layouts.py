@@ -63,7 +63,7 @@ from tvm_chiplet.passes.planners.placement import (
 )
 from tvm_chiplet.targets import collectives, cost_model
 from tvm_chiplet.targets.topology import Topology
-from tvm_chiplet.targets.workload import STREAM_BUFFER_FRACTION
+from tvm_chiplet.targets.workload import PLANNED_HEADROOM, STREAM_BUFFER_FRACTION
 
 AXIS_OF_DIM = {"out_channels": "channels", "cols": "channels", "in_channels": "channels",
                "reduction": "channels", "rows": "rows", "batch": "batch"}
@@ -261,12 +261,6 @@ def pool_stream_rate(problem: PlanningProblem, share: float, copies: int = 1) ->
     held, links, hops, dram = problem.memo[key]
     network = links / (hops if copies == 1 else 1.0)
     return 1.0 / max(held / (network * share), (1.0 - held) / (dram * share * copies))
-
-
-PLANNED_HEADROOM = 0.25
-"""Share of a cluster's SRAM the estimates keep free of resident weights: the device's stream
-buffer (:data:`~tvm_chiplet.targets.workload.STREAM_BUFFER_FRACTION`) and room for what they
-leave out (activations)."""
 
 
 def _ingress(system, cluster: int) -> float:

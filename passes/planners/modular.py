@@ -431,7 +431,7 @@ class ModularPlanner:
         steady     = max(max_c time_c, max_l load_l, max_d dram_d)
         time_c     = sum over c's ops i of max(cycles_i, fetch_i)
         fetch_i    = w_i * streamed_c / W_c * max_d share_cd / min(bw_d, narrowest link d -> c)
-        streamed_c = W_c - (1 - STREAM_BUFFER_FRACTION) * sram_c  if W_c > sram_c, else 0
+        streamed_c = W_c - (1 - PLANNED_HEADROOM) * sram_c  if W_c > sram_c, else 0
         load_l     = (bytes of cut dependencies routed over l
                       + sum_c streamed_c * share_cd of every controller d routed over l) / bw_l
         dram_d     = sum_c streamed_c * share_cd / bw_d

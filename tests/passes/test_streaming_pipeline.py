@@ -24,7 +24,7 @@ from tvm_chiplet.passes.planners.placement import OpSplit, Placement, PlanningEr
 from tvm_chiplet.runtime.device import simulate_workload
 from tvm_chiplet.targets.system_generators import mesh_system
 from tvm_chiplet.targets.topology import Topology
-from tvm_chiplet.targets.workload import STREAM_BUFFER_FRACTION
+from tvm_chiplet.targets.workload import PLANNED_HEADROOM
 
 
 def brute_force(costs, weights, capacity, rate, dram, batches):
@@ -34,7 +34,7 @@ def brute_force(costs, weights, capacity, rate, dram, batches):
         times, streamed = [], 0.0
         for s, (lo, hi) in enumerate(itertools.pairwise(bounds)):
             w = weights[lo:hi].sum()
-            stream = w - (1 - STREAM_BUFFER_FRACTION) * capacity[s] if w > capacity[s] else 0.0
+            stream = w - (1 - PLANNED_HEADROOM) * capacity[s] if w > capacity[s] else 0.0
             times.append(max(costs[lo:hi, s].sum(), stream / rate[s]))
             streamed += stream
         best = min(best, sum(times) + (batches - 1) * max(max(times), streamed / dram))
@@ -58,8 +58,8 @@ def test_streaming_dp_is_close_to_brute_force_on_one_wide_stages(seed):
 
 
 def test_a_wide_region_splits_a_heavy_op_over_its_clusters():
-    # One op with 16 units of weights; each resource holds 8 (7.5 beside a stream buffer):
-    # only a 2-wide region avoids streaming.
+    # One op with 16 units of weights; each resource holds 8 (6 beside the planners'
+    # headroom): only a 2-wide region avoids streaming.
     costs = np.array([[10.0, 10.0]])
     one, _, streamed_one = min_streaming_partition(
         costs, np.zeros((2, 2)), np.array([16.0]), np.array([8.0, 8.0]), np.array([1.0, 1.0]),
@@ -67,7 +67,7 @@ def test_a_wide_region_splits_a_heavy_op_over_its_clusters():
     two, stages, streamed_two = min_streaming_partition(
         costs, np.zeros((2, 2)), np.array([16.0]), np.array([8.0, 8.0]), np.array([1.0, 1.0]),
         1.0, split_max=np.array([4]), max_width=2, batches=4)
-    assert streamed_one == 16 - 7.5 and streamed_two == 0.0
+    assert streamed_one == 16 - 6.0 and streamed_two == 0.0
     assert [(s.first, s.width) for s in stages] == [(0, 2)]
     assert two == pytest.approx(4 * 5.0) and two < one
 
@@ -153,8 +153,8 @@ def test_lending_is_not_offered_to_copies():
 
 
 def test_streaming_dp_counts_free_sram_against_dram_traffic_when_lending():
-    # Op 0 leaves 6 of its resource's 8 units free; op 1 streams 16 - 7.5 = 8.5 units per batch
-    # (its resource keeps a sixteenth as the stream buffer), 2.5 when the 6 units hold some.
+    # Op 0 leaves 6 of its resource's 8 units free; op 1 streams 16 - 6 = 10 units per batch
+    # (the planners keep a quarter of its resource free), 4 when the 6 units hold some.
     costs, weights = np.array([[1.0, 1.0], [1.0, 1.0]]), np.array([2.0, 16.0])
     args = (costs, np.zeros((2, 3)), weights, np.array([8.0, 8.0]), np.array([100.0, 100.0]),
             1.0)
@@ -162,7 +162,7 @@ def test_streaming_dp_counts_free_sram_against_dram_traffic_when_lending():
     lent, stages_lent, streamed_lent = min_streaming_partition(*args, batches=4, lend=True)
     assert [(s.lo, s.hi) for s in stages] == [(s.lo, s.hi) for s in stages_lent] == [(0, 1),
                                                                                       (1, 2)]
-    assert (streamed, streamed_lent) == (8.5, 2.5)
+    assert (streamed, streamed_lent) == (10.0, 4.0)
     assert lent == pytest.approx(alone - 3 * 6.0)
 
 
