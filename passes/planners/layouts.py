@@ -573,7 +573,8 @@ class LayoutCosts:
         return self._tile_of_cluster.get(cluster, 0)
 
     def budget(self, cluster: int) -> float:
-        """Bytes of weights ``cluster`` keeps resident: its SRAM less the stream buffer (none
+        """Bytes of weights ``cluster`` is estimated to keep resident: its SRAM less the
+        planners' headroom (:data:`~tvm_chiplet.targets.workload.PLANNED_HEADROOM`; none
         beside its stripe of a weight pool)."""
         if self.pooled:
             return 0.0
