@@ -308,18 +308,17 @@ def replica_groups(items: Sequence[WorkItem], system: ChipletSystem,
     # Stripes stay resident first; where a member's stripes exceed its resident budget, the
     # groups with its largest stripes are left unpooled until the rest fit.
     while True:
-        replicas = {i: tuple(group) for group in pooled.values() for i in group}
-        held = held_items(items, replicas)
-        striped: dict[int, list[tuple[float, tuple]]] = {}
+        striped: dict[int, list[tuple[float, tuple]]] = {}  # cluster -> (stripe, group key)
         for key, group in pooled.items():
             for i in group:
-                striped.setdefault(items[i].cluster, []).append((held[i].weight_bytes, key))
-        over = [(c, sorted(mine, reverse=True)) for c, mine in striped.items()
+                striped.setdefault(items[i].cluster, []).append(
+                    (items[i].weight_bytes / len(group), key))
+        over = [mine for c, mine in striped.items()
                 if sum(b for b, _ in mine) > (1.0 - STREAM_BUFFER_FRACTION) * sram[c]]
         if not over:
-            return replicas
-        for _, mine in over:
-            pooled.pop(mine[0][1], None)
+            return {i: tuple(group) for group in pooled.values() for i in group}
+        for mine in over:
+            pooled.pop(max(mine)[1], None)
 
 
 def held_items(items: Sequence[WorkItem], replicas: dict[int, tuple[int, ...]]

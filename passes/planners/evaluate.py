@@ -6,7 +6,6 @@ from tvm_chiplet.passes.analysis.op_graph import OpGraph
 from tvm_chiplet.passes.planners.base import PlanningProblem
 from tvm_chiplet.passes.planners.placement import (
     REDUCTION_DIMS,
-    REPLICATED_DIMS,
     WEIGHT_DIMS,
     OpSplit,
     Placement,
@@ -14,6 +13,7 @@ from tvm_chiplet.passes.planners.placement import (
     blocks_by,
     part_bytes,
     tiles_by,
+    weight_replicas,
 )
 from tvm_chiplet.targets.workload import (
     WorkItem,
@@ -88,7 +88,7 @@ def _split_items(items: list[WorkItem], op, split: OpSplit, deps: list[tuple[int
     share = 1.0 if reads_all else by / k  # of each input read
     # Parts that hold the same weights: all of a row or batch split's, and a tiles split's
     # parts of one output-channel slice (part p holds slice p % by).
-    replicated = tiles_by(split.dim) is not None or split.dim in REPLICATED_DIMS
+    replicated = weight_replicas(split.dim, k) > 1
     parts = []
     for p, cluster in enumerate(split.clusters):
         parts.append(len(items))

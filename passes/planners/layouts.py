@@ -54,12 +54,12 @@ import numpy as np
 from tvm_chiplet.passes.planners.base import PlanningProblem
 from tvm_chiplet.passes.planners.placement import (
     REDUCTION_DIMS,
-    REPLICATED_DIMS,
     PlanningError,
     blocks_by,
     depthwise,
     part_bytes,
     tiles_by,
+    weight_replicas,
 )
 from tvm_chiplet.targets import collectives, cost_model
 from tvm_chiplet.targets.topology import Topology
@@ -605,7 +605,7 @@ class LayoutCosts:
         fetch = (weights / _ingress(system, g.slowest.id) if self.pooled
                  else cost_model.dram_fetch_cycles(weights, g.slowest, system))
         streaming = cycles + max(fetch, k * weights / self.dram_rate) if weights else cycles
-        bands = k // by if by is not None else k if dim in REPLICATED_DIMS else 1
+        bands = weight_replicas(dim, k)
         if bands > 1 and weights and self.pool_replicas:
             # The parts holding one slice of the weights (a row band each) pool it: each keeps
             # its stripe and fetches the others' over the network, added to its compute.

@@ -61,6 +61,13 @@ def _by(dim: str | None, kind: str) -> int | None:
     return int(by) if by.isdigit() else None
 
 
+def weight_replicas(dim: str | None, parts: int) -> int:
+    """How many of ``parts`` parts along ``dim`` hold each slice of the op's weights: all of
+    them along :data:`REPLICATED_DIMS`, a ``"tiles/n"`` split's row bands, else one."""
+    by = tiles_by(dim)
+    return parts // by if by is not None else parts if dim in REPLICATED_DIMS else 1
+
+
 def tiles_by(dim: str | None) -> int | None:
     """``n`` of a ``"tiles/n"`` split dimension (output-channel slices per row band), else
     None."""
