@@ -16,7 +16,13 @@ import math
 
 import numpy as np
 
-from tvm_chiplet.runtime.simulator import MessageColumns, SimResult, SimTask, simulate
+from tvm_chiplet.runtime.simulator import (
+    MessageColumns,
+    SimResult,
+    SimTask,
+    dependency_cycle,
+    simulate,
+)
 from tvm_chiplet.targets.cost_model import static_energy_pj
 from tvm_chiplet.targets.routing import RoutingTables
 from tvm_chiplet.targets.system import ChipletSystem
@@ -159,7 +165,10 @@ def simulate_workload(
     task from its first chunk's start to its last chunk's end. A fetch ``"shared"`` by a weight
     pool's members (the index of its first reader's) is issued once, by that reader's engine
     when every reader's buffer is free, and sent as one transfer over its readers' routes (a
-    ring or a tree). The result covers the system's clusters, links, tasks and messages only
+    ring or a tree). A reader that frees its buffer only after running items whose own fetches
+    wait for this one (replicas of two ops that clusters run in different orders) would close
+    a cycle of waits: it fetches its copy alone instead, on its own route, when its own buffer
+    is free. The result covers the system's clusters, links, tasks and messages only
     (fetch tasks, engines and controller links are simulated but left out).
     ``progress(fraction)`` is called as the simulation advances; Ctrl-C stops it cleanly.
 
@@ -183,62 +192,20 @@ def simulate_workload(
         messages, fetches = _routed(tasks, messages, fetches, system, routing, network)
     elif network == "flit":
         messages = _unshared(tasks, messages, system)
-    # Each task runs as its chunks, one after another, each on its piece of the streamed
-    # weights; messages leave its last chunk and enter its first.
-    chunks = _stream_chunks(tasks, fetches, system)
-    sim_tasks, first, last = [], [], []
-    for task, pieces in zip(tasks, chunks, strict=True):
-        first.append(len(sim_tasks))
-        sim_tasks += [SimTask(task["name"], task["cluster"], float(task["cycles"]) / pieces)
-                      for _ in range(pieces)]
-        last.append(len(sim_tasks) - 1)
-    sim_messages = MessageColumns()
-    for m in messages:
-        sim_messages.append(_at(last, m["src"]), _at(first, m["dst"]), int(m["bytes"]),
-                            m["route"], m.get("multicast"))
-    engines: dict[int, int] = {}
-    landing: dict[tuple[int, int], int] = {}  # (task index, chunk) -> its landing task
-    freed: dict[tuple[int, int], int | None] = {}  # (task, chunk) -> the task freeing its half
-    gated: set[tuple[int, int, int]] = set()  # (task, chunk, issue) whose buffer gates an issue
-    streamed: dict[int, list[int]] = {}  # cluster -> its streamed chunks, in order
-    for number, fetch in enumerate(fetches):
-        engine = engines.setdefault(fetch["cluster"], system.num_clusters + len(engines))
-        task = fetch["task"]
-        if (task, 0) not in landing:
-            order = streamed.setdefault(fetch["cluster"], [])
-            for chunk in range(chunks[task]):
-                # One DMA transfer at a time per cluster: the engine issues a piece, then
-                # waits for all its parts to land before it issues the next one, into the
-                # half of the double buffer that the chunk two before it has freed.
-                issue = len(sim_tasks)
-                sim_tasks.append(SimTask(f"dram:{tasks[task]['name']}", engine, 0.0))
-                sim_tasks.append(SimTask(f"landed:{tasks[task]['name']}", engine, 0.0))
-                landing[task, chunk] = issue + 1
-                sim_messages.append(issue + 1, first[task] + chunk, 0)
-                # (A first piece whose fetch has no "after" has its buffer free.)
-                free = order[-2] if len(order) >= 2 and (
-                    chunk or fetch["after"] is not None) else None
-                freed[task, chunk] = free
-                if free is not None:
-                    sim_messages.append(free, issue, 0)
-                order.append(first[task] + chunk)
-        # A part from DRAM first crosses its controller; a part lent by another cluster's SRAM
-        # only crosses the network.
-        source = [] if fetch.get("dram") is None else [len(links) + fetch["dram"]]
-        shared = fetch.get("shared")
-        route = [*source, *fetch["route"]]
-        for chunk, nbytes in enumerate(_pieces(int(fetch["bytes"]), chunks[task])):
-            issue = landing[task, chunk] - 1
-            if shared is not None and shared != number:
-                # One fetch for the whole pool: issued by its first reader once every reader's
-                # buffer is free, sent once to all of them.
-                issue = landing[fetches[shared]["task"], chunk] - 1
-                if freed[task, chunk] is not None and (task, chunk, issue) not in gated:
-                    gated.add((task, chunk, issue))  # once for all the parts it reads
-                    sim_messages.append(freed[task, chunk], issue, 0)
-            sim_messages.append(
-                issue, landing[task, chunk], nbytes, route,
-                None if shared is None else -1 - (shared * STREAM_CHUNKS + chunk))
+    # A shared fetch waits for every reader's buffer; a reader whose buffer frees only after
+    # the fetch it shares has gone out (it runs its items in another order than the first
+    # reader) fetches its copy alone instead, until no such wait closes a cycle.
+    while True:
+        sim_tasks, sim_messages, first, last, engines, gates = _task_graph(
+            tasks, messages, fetches, system, len(links))
+        reader = _waiting_reader(sim_tasks, sim_messages, gates)
+        if reader is None:
+            break
+        router = routing or Topology(system)
+        fetches = [{**fetch, "shared": None,
+                    "route": router.route(fetch_source(fetch, system), fetch["cluster"])}
+                   if (fetch["task"], fetch.get("shared")) == reader else fetch
+                   for fetch in fetches]
     sim = simulate(
         sim_tasks,
         sim_messages,
@@ -276,6 +243,93 @@ def simulate_workload(
         energy=run_energy(tasks, system, sim, rounds, rounds * per_round, sim.link_bytes[k:]),
         calibrated=calibration is not None,
     )
+
+
+def _task_graph(tasks: list[dict], messages: list[dict], fetches: list[dict],
+                system: ChipletSystem, num_links: int):
+    """The simulator's tasks and messages of a workload (:func:`simulate_workload`): each
+    task as its chunks, and each streaming cluster's DMA engine with its fetches. Also returns
+    the first and last chunk of each task, the engines by cluster, and the messages by which a
+    reader's buffer gates a shared fetch, ``{(freeing task, issuing task): (reader task,
+    shared fetch)}``."""
+    # Each task runs as its chunks, one after another, each on its piece of the streamed
+    # weights; messages leave its last chunk and enter its first.
+    chunks = _stream_chunks(tasks, fetches, system)
+    sim_tasks, first, last = [], [], []
+    for task, pieces in zip(tasks, chunks, strict=True):
+        first.append(len(sim_tasks))
+        sim_tasks += [SimTask(task["name"], task["cluster"], float(task["cycles"]) / pieces)
+                      for _ in range(pieces)]
+        last.append(len(sim_tasks) - 1)
+    sim_messages = MessageColumns()
+    for m in messages:
+        sim_messages.append(_at(last, m["src"]), _at(first, m["dst"]), int(m["bytes"]),
+                            m["route"], m.get("multicast"))
+    engines: dict[int, int] = {}
+    landing: dict[tuple[int, int], int] = {}  # (task index, chunk) -> its landing task
+    freed: dict[tuple[int, int], int | None] = {}  # (task, chunk) -> the task freeing its half
+    gated: set[tuple[int, int, int]] = set()  # (task, chunk, issue) whose buffer gates an issue
+    gates: dict[tuple[int, int], tuple[int, int]] = {}
+    streamed: dict[int, list[int]] = {}  # cluster -> its streamed chunks, in order
+    for number, fetch in enumerate(fetches):
+        engine = engines.setdefault(fetch["cluster"], system.num_clusters + len(engines))
+        task = fetch["task"]
+        if (task, 0) not in landing:
+            order = streamed.setdefault(fetch["cluster"], [])
+            for chunk in range(chunks[task]):
+                # One DMA transfer at a time per cluster: the engine issues a piece, then
+                # waits for all its parts to land before it issues the next one, into the
+                # half of the double buffer that the chunk two before it has freed.
+                issue = len(sim_tasks)
+                sim_tasks.append(SimTask(f"dram:{tasks[task]['name']}", engine, 0.0))
+                sim_tasks.append(SimTask(f"landed:{tasks[task]['name']}", engine, 0.0))
+                landing[task, chunk] = issue + 1
+                sim_messages.append(issue + 1, first[task] + chunk, 0)
+                # (A first piece whose fetch has no "after" has its buffer free.)
+                free = order[-2] if len(order) >= 2 and (
+                    chunk or fetch["after"] is not None) else None
+                freed[task, chunk] = free
+                if free is not None:
+                    sim_messages.append(free, issue, 0)
+                order.append(first[task] + chunk)
+        # A part from DRAM first crosses its controller; a part lent by another cluster's SRAM
+        # only crosses the network.
+        source = [] if fetch.get("dram") is None else [num_links + fetch["dram"]]
+        shared = fetch.get("shared")
+        route = [*source, *fetch["route"]]
+        for chunk, nbytes in enumerate(_pieces(int(fetch["bytes"]), chunks[task])):
+            issue = landing[task, chunk] - 1
+            if shared is not None and shared != number:
+                # One fetch for the whole pool: issued by its first reader once every reader's
+                # buffer is free, sent once to all of them.
+                issue = landing[fetches[shared]["task"], chunk] - 1
+                if freed[task, chunk] is not None and (task, chunk, issue) not in gated:
+                    gated.add((task, chunk, issue))  # once for all the parts it reads
+                    sim_messages.append(freed[task, chunk], issue, 0)
+                    gates[freed[task, chunk], issue] = (task, shared)
+            sim_messages.append(
+                issue, landing[task, chunk], nbytes, route,
+                None if shared is None else -1 - (shared * STREAM_CHUNKS + chunk))
+    return sim_tasks, sim_messages, first, last, engines, gates
+
+
+def _waiting_reader(sim_tasks: list[SimTask], sim_messages: MessageColumns,
+                    gates: dict[tuple[int, int], tuple[int, int]]) -> tuple[int, int] | None:
+    """``(reader task, shared fetch)`` of a reader whose buffer gates a shared fetch on a
+    dependency cycle of the task graph, or None when it has no cycle through such a gate (a
+    cycle of the workload's own messages is left for the simulator to name)."""
+    if not gates:
+        return None
+    src, dst = np.asarray(sim_messages.src_task), np.asarray(sim_messages.dst_task)
+    if src.dtype.kind != "i" or dst.dtype.kind != "i" or min(src.min(), dst.min()) < 0 or (
+            max(src.max(), dst.max()) >= len(sim_tasks)):
+        return None  # an invalid task index: the simulator names it
+    cycle = dependency_cycle(len(sim_tasks), src, dst)
+    if cycle is None:
+        return None
+    return next((gates[edge] for edge in zip(cycle, cycle[1:] + cycle[:1], strict=True)
+                 if edge in gates),
+                None)
 
 
 def _stream_chunks(tasks: list[dict], fetches: list[dict], system: ChipletSystem) -> list[int]:

@@ -587,16 +587,26 @@ def _prepare_links(
 
 def _check_acyclic(problem: _Problem) -> None:
     """Raise if the messages form a dependency cycle, naming the tasks on one cycle."""
-    if np.all(problem.message_src < problem.message_dst):
-        return  # task index order is a topological order
-    if _acyclic(len(problem.task_names), problem.message_src, problem.message_dst):
+    cycle = dependency_cycle(len(problem.task_names), problem.message_src, problem.message_dst)
+    if cycle is None:
         return
-    num_tasks = len(problem.task_names)
-    src, dst = problem.message_src.tolist(), problem.message_dst.tolist()
+    names = " -> ".join(repr(problem.task_names[t]) for t in [*cycle, cycle[0]])
+    raise ValueError(
+        f"the task graph has a dependency cycle: {names}; messages must form an acyclic graph "
+        f"(remove or reverse one of these messages)"
+    )
+
+
+def dependency_cycle(num_tasks: int, src, dst) -> list[int] | None:
+    """The tasks of one cycle of the edges ``src[i] -> dst[i]`` (each task's successor on it
+    next), or None when they form an acyclic graph."""
+    src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+    if np.all(src < dst) or _acyclic(num_tasks, src, dst):
+        return None  # (task index order is a topological order in the first case)
     successors: list[list[int]] = [[] for _ in range(num_tasks)]
     predecessors: list[list[int]] = [[] for _ in range(num_tasks)]
     in_degree = [0] * num_tasks
-    for s, d in zip(src, dst, strict=True):
+    for s, d in zip(src.tolist(), dst.tolist(), strict=True):
         successors[s].append(d)
         predecessors[d].append(s)
         in_degree[d] += 1
@@ -608,20 +618,13 @@ def _check_acyclic(problem: _Problem) -> None:
             if in_degree[successor] == 0:
                 ready.append(successor)
     stuck = [task for task in range(num_tasks) if in_degree[task] > 0]
-    if not stuck:
-        return
     # Every stuck task has a stuck predecessor: walking predecessors must revisit a task.
     walk, seen, task = [], {}, stuck[0]
     while task not in seen:
         seen[task] = len(walk)
         walk.append(task)
         task = next(p for p in predecessors[task] if in_degree[p] > 0)
-    cycle = list(reversed(walk[seen[task] :]))
-    names = " -> ".join(repr(problem.task_names[t]) for t in [*cycle, cycle[0]])
-    raise ValueError(
-        f"the task graph has a dependency cycle: {names}; messages must form an acyclic graph "
-        f"(remove or reverse one of these messages)"
-    )
+    return list(reversed(walk[seen[task] :]))
 
 
 def _acyclic(num_tasks: int, src: np.ndarray, dst: np.ndarray) -> bool:

@@ -338,6 +338,35 @@ def test_replicas_whose_stripes_do_not_fit_stream_from_dram():
     assert all(f["dram"] == 0 for f in fetches)
 
 
+
+def test_a_replica_that_runs_its_ops_in_another_order_fetches_its_copy_alone():
+    # Two ops split over three clusters of a multicast line, their parts pooled as replicas;
+    # cluster 1 runs op y before op x, cluster 0 x before y. A stripe sent once to both would
+    # wait for cluster 1's buffer, freed only once y has run, whose own stripe waits for
+    # cluster 0's buffer, freed once x has run: a cycle. Cluster 1 fetches its copy alone.
+    sram = 1 << 20
+    system = mesh_system(1, 3, bandwidth=100.0, latency=1.0, sram_bytes=sram,
+                         dram_bandwidth=50.0, dram_at=((0, 0),), multicast=True)
+
+    def item(name, cluster, key, weights=0.6 * sram):
+        return WorkItem(name, cluster, 2e5, 8.0, weights, (), 8, key)
+
+    before = [item(f"other{c}{i}", c, "", 0.2 * sram) for c in range(3) for i in range(2)]
+    crossed = before + [item("x0", 0, "x"), item("y1", 1, "y"), item("y0", 0, "y"),
+                        item("x1", 1, "x"), item("x2", 2, "x"), item("y2", 2, "y")]
+    in_step = before + [item("x0", 0, "x"), item("x1", 1, "x"), item("x2", 2, "x"),
+                        item("y0", 0, "y"), item("y1", 1, "y"), item("y2", 2, "y")]
+    runs = []
+    for items in (crossed, in_step):
+        assert len(set(replica_groups(items, system).values())) == 2
+        tasks, messages, _, fetches = build_workload(items, system)
+        assert all(f["dram"] is None for f in fetches)
+        runs.append(simulate_workload(tasks, messages, system, fetches=fetches))
+    assert np.isfinite(runs[0].task_end).all()
+    # Shared where the orders agree, alone where they cross: more bytes on the links.
+    assert runs[0].link_bytes.sum() > runs[1].link_bytes.sum()
+    assert runs[0].dram_bytes.sum() == runs[1].dram_bytes.sum() == 0
+
 def test_copies_never_pool_their_weights_as_replicas():
     _, items = _replicas(2048)
     copies = replicate_items(items[:1] + items[5:6], [{0: 1}])
