@@ -49,7 +49,9 @@ Replicas (the parts of a split holding the same weights)
 -------------------------------------------------------
 The parts of a row split each hold all of their op's weights, and a 2-D split's bands of one
 column slice that slice: items with one :attr:`WorkItem.weight_key` (a digest of the weights'
-values) at one depth of the dependency graph. Where a member of such a group would stream (its
+values) at one depth of the dependency graph, counted in items with weights (the plumbing
+between parts, a halo's slices or a band's concatenation, differs from part to part). Where a
+member of such a group would stream (its
 items' weights exceed its SRAM), the group pools them as a weight pool does
 (:func:`replica_groups`): each member keeps a ``1 / r`` stripe resident before all its other
 weights, and every batch fetches the other ``r - 1`` stripes from their holders, each stripe
@@ -287,7 +289,8 @@ def replica_groups(items: Sequence[WorkItem], system: ChipletSystem,
     (itself among them), in order.
 
     Replicas are items with one :attr:`WorkItem.weight_key` at one depth of the dependency
-    graph (so none waits for another: the parts of one split op, not layers that share
+    graph, counted in items with weights on the longest path to them (so none waits for
+    another: the parts of one split op, whatever plumbing leads to each, not layers that share
     weights) on different clusters (one item each). They pool when a member would stream (its
     items' weights exceed its SRAM) and every member then keeps its stripe resident; a group
     whose stripe some member cannot keep stays unpooled (its replicas stream from DRAM)."""
@@ -296,7 +299,10 @@ def replica_groups(items: Sequence[WorkItem], system: ChipletSystem,
     depth: list[int] = []
     by_key: dict[tuple[str, int], list[int]] = {}
     for index, item in enumerate(items):
-        depth.append(1 + max((depth[p] for p, _ in item.deps), default=0))
+        # Weighted items on the longest path here: plumbing between the parts of one op (a
+        # halo's slices, a band's concatenation) leaves them at one depth.
+        depth.append(max((depth[p] + (items[p].weight_bytes > 0) for p, _ in item.deps),
+                         default=0))
         if item.weight_key and item.weight_bytes > 0:
             by_key.setdefault((item.weight_key, depth[index]), []).append(index)
     pooled: dict[tuple[str, int], list[int]] = {}

@@ -325,6 +325,11 @@ def test_only_replicas_that_do_not_wait_for_each_other_pool():
     items[5] = dataclasses.replace(items[5], deps=[(0, 8)])
     groups = replica_groups(items, system)
     assert groups == {i: (6, 7, 8) for i in range(6, 9)}  # the three at one depth
+    # Plumbing before one part (a halo's slice, a concatenation) leaves it with the others.
+    system, items = _replicas(2048)
+    items.insert(5, WorkItem("slice", 0, 0.0, 8.0, 0.0, [(0, 8)], 8))
+    items[6] = dataclasses.replace(items[6], deps=[(5, 8)])
+    assert replica_groups(items, system) == {i: (6, 7, 8, 9) for i in range(6, 10)}
     # Parts with different weights, or with none named, do not pool.
     system, items = _replicas(2048, keys=("a", "b", "", "a"))
     assert replica_groups(items, system) == {5: (5, 8), 8: (5, 8)}
