@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import networkx as nx
 import numpy as np
 
 from tvm_chiplet.runtime.simulator import (
@@ -198,13 +199,13 @@ def simulate_workload(
     while True:
         sim_tasks, sim_messages, first, last, engines, gates = _task_graph(
             tasks, messages, fetches, system, len(links))
-        reader = _waiting_reader(sim_tasks, sim_messages, gates)
-        if reader is None:
+        readers = _waiting_readers(sim_tasks, sim_messages, gates)
+        if not readers:
             break
         router = routing or Topology(system)
         fetches = [{**fetch, "shared": None,
                     "route": router.route(fetch_source(fetch, system), fetch["cluster"])}
-                   if (fetch["task"], fetch.get("shared")) == reader else fetch
+                   if (fetch["task"], fetch.get("shared")) in readers else fetch
                    for fetch in fetches]
     sim = simulate(
         sim_tasks,
@@ -313,24 +314,34 @@ def _task_graph(tasks: list[dict], messages: list[dict], fetches: list[dict],
     return sim_tasks, sim_messages, first, last, engines, gates
 
 
-def _waiting_reader(sim_tasks: list[SimTask], sim_messages: MessageColumns,
-                    gates: dict[tuple[int, int], tuple[int, int]]) -> tuple[int, int] | None:
-    """``(reader task, shared fetch)`` of a reader whose buffer gates a shared fetch on a
-    dependency cycle of the task graph, or None when it has no cycle through such a gate (a
-    cycle of the workload's own messages is left for the simulator to name)."""
+def _waiting_readers(sim_tasks: list[SimTask], sim_messages: MessageColumns,
+                     gates: dict[tuple[int, int], tuple[int, int]]) -> set[tuple[int, int]]:
+    """``(reader task, shared fetch)`` of every reader whose buffer gates a shared fetch on a
+    cycle of waits (messages, and each task's wait for the one before it on its cluster); none
+    when no such gate closes a cycle (a cycle of the workload's own messages or order is left
+    for the simulator to name)."""
     if not gates:
-        return None
+        return set()
     src, dst = np.asarray(sim_messages.src_task), np.asarray(sim_messages.dst_task)
     if src.dtype.kind != "i" or dst.dtype.kind != "i" or min(src.min(), dst.min()) < 0 or (
             max(src.max(), dst.max()) >= len(sim_tasks)):
-        return None  # an invalid task index: the simulator names it
-    cycle = dependency_cycle(len(sim_tasks), src, dst)
-    if cycle is None:
-        return None
-    return next((gates[edge] for edge in zip(cycle, cycle[1:] + cycle[:1], strict=True)
-                 if edge in gates),
-                None)
-
+        return set()  # an invalid task index: the simulator names it
+    # Each cluster (and DMA engine) runs its tasks in list order: a wait on the one before.
+    cluster = np.array([task.cluster for task in sim_tasks])
+    order = np.argsort(cluster, kind="stable")
+    follows = cluster[order[1:]] == cluster[order[:-1]]
+    src = np.concatenate([src, order[:-1][follows]])
+    dst = np.concatenate([dst, order[1:][follows]])
+    if dependency_cycle(len(sim_tasks), src, dst) is None:
+        return set()
+    # Every edge inside a strongly connected component lies on a cycle.
+    graph = nx.DiGraph()
+    graph.add_edges_from(zip(src.tolist(), dst.tolist(), strict=True))
+    component = {task: number
+                 for number, tasks in enumerate(nx.strongly_connected_components(graph))
+                 for task in tasks if len(tasks) > 1}
+    return {reader for (freeing, issuing), reader in gates.items()
+            if component.get(freeing, -1) == component.get(issuing, -2)}
 
 def _stream_chunks(tasks: list[dict], fetches: list[dict], system: ChipletSystem) -> list[int]:
     """Per task, the chunks it runs as: as many as halves of its cluster's stream buffer its

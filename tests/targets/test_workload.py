@@ -2,6 +2,8 @@ import dataclasses
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from tvm_chiplet.runtime.device import STREAM_CHUNKS, simulate_workload
 from tvm_chiplet.targets.system_generators import mesh_system
@@ -357,10 +359,10 @@ def test_a_replica_that_runs_its_ops_in_another_order_fetches_its_copy_alone():
         return WorkItem(name, cluster, 2e5, 8.0, weights, (), 8, key)
 
     before = [item(f"other{c}{i}", c, "", 0.2 * sram) for c in range(3) for i in range(2)]
-    crossed = before + [item("x0", 0, "x"), item("y1", 1, "y"), item("y0", 0, "y"),
-                        item("x1", 1, "x"), item("x2", 2, "x"), item("y2", 2, "y")]
-    in_step = before + [item("x0", 0, "x"), item("x1", 1, "x"), item("x2", 2, "x"),
-                        item("y0", 0, "y"), item("y1", 1, "y"), item("y2", 2, "y")]
+    crossed = [*before, item("x0", 0, "x"), item("y1", 1, "y"), item("y0", 0, "y"),
+               item("x1", 1, "x"), item("x2", 2, "x"), item("y2", 2, "y")]
+    in_step = [*before, item("x0", 0, "x"), item("x1", 1, "x"), item("x2", 2, "x"),
+               item("y0", 0, "y"), item("y1", 1, "y"), item("y2", 2, "y")]
     runs = []
     for items in (crossed, in_step):
         assert len(set(replica_groups(items, system).values())) == 2
@@ -371,6 +373,29 @@ def test_a_replica_that_runs_its_ops_in_another_order_fetches_its_copy_alone():
     # Shared where the orders agree, alone where they cross: more bytes on the links.
     assert runs[0].link_bytes.sum() > runs[1].link_bytes.sum()
     assert runs[0].dram_bytes.sum() == runs[1].dram_bytes.sum() == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_replicas_in_any_order_with_any_reads_between_them_always_finish(data):
+    # Three ops split over the four clusters of a multicast line, every cluster running its
+    # parts in its own order, interleaved at random, each part perhaps reading an earlier part.
+    sram = 1 << 20
+    system = mesh_system(1, 4, bandwidth=100.0, latency=1.0, sram_bytes=sram,
+                         dram_bandwidth=50.0, dram_at=((0, 0),), multicast=True)
+    queues = {c: data.draw(st.permutations("xyz")) for c in range(4)}
+    items = [WorkItem(f"other{c}", c, 1e4, 8.0, 0.3 * sram) for c in range(4)]
+    while any(queues.values()):
+        cluster = data.draw(st.sampled_from([c for c in range(4) if queues[c]]))
+        key = queues[cluster].pop(0)
+        read = data.draw(st.sampled_from([None, *range(4, len(items))]))
+        deps = [(read, 8)] if read is not None and items[read].weight_key != key else []
+        items.append(WorkItem(f"{key}{cluster}", cluster, data.draw(st.floats(1e5, 4e5)), 8.0,
+                              0.5 * sram, deps, 8, key))
+    assume(replica_groups(items, system))
+    tasks, messages, _, fetches = build_workload(items, system)
+    sim = simulate_workload(tasks, messages, system, fetches=fetches)
+    assert np.isfinite(sim.task_end).all()
 
 def test_copies_never_pool_their_weights_as_replicas():
     _, items = _replicas(2048)
