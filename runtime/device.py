@@ -343,6 +343,7 @@ def _waiting_readers(sim_tasks: list[SimTask], sim_messages: MessageColumns,
     return {reader for (freeing, issuing), reader in gates.items()
             if component.get(freeing, -1) == component.get(issuing, -2)}
 
+
 def _stream_chunks(tasks: list[dict], fetches: list[dict], system: ChipletSystem) -> list[int]:
     """Per task, the chunks it runs as: as many as halves of its cluster's stream buffer its
     streamed weights fill, at most :data:`STREAM_CHUNKS` and with pieces of at least

@@ -51,12 +51,12 @@ The parts of a row split each hold all of their op's weights, and a 2-D split's 
 column slice that slice: items with one :attr:`WorkItem.weight_key` (a digest of the weights'
 values) at one depth of the dependency graph, counted in items with weights (the plumbing
 between parts, a halo's slices or a band's concatenation, differs from part to part). Where a
-member of such a group would stream (its
-items' weights exceed its SRAM), the group pools them as a weight pool does
-(:func:`replica_groups`): each member keeps a ``1 / r`` stripe resident before all its other
-weights, and every batch fetches the other ``r - 1`` stripes from their holders, each stripe
-one shared fetch sent once to all its readers. Replicas that wait for each other (layers that
-share weights) never pool, nor do copies (above) as replicas: their keys differ per copy.
+member of such a group would stream (its items' weights exceed its SRAM), the group pools them
+as a weight pool does (:func:`replica_groups`): each member keeps a ``1 / r`` stripe resident
+before all its other weights, and every batch fetches the other ``r - 1`` stripes from their
+holders, each stripe one shared fetch sent once to all its readers. Replicas that wait for
+each other (layers that share weights) never pool, nor do copies (above) as replicas: their
+keys differ per copy.
 
 Microbatches (several inputs per weight fetch)
 ----------------------------------------------
