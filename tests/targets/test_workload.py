@@ -345,7 +345,6 @@ def test_replicas_whose_stripes_do_not_fit_stream_from_dram():
     assert all(f["dram"] == 0 for f in fetches)
 
 
-
 def test_a_replica_that_runs_its_ops_in_another_order_fetches_its_copy_alone():
     # Two ops split over three clusters of a multicast line, their parts pooled as replicas;
     # cluster 1 runs op y before op x, cluster 0 x before y. A stripe sent once to both would
@@ -396,6 +395,7 @@ def test_replicas_in_any_order_with_any_reads_between_them_always_finish(data):
     tasks, messages, _, fetches = build_workload(items, system)
     sim = simulate_workload(tasks, messages, system, fetches=fetches)
     assert np.isfinite(sim.task_end).all()
+
 
 def test_copies_never_pool_their_weights_as_replicas():
     _, items = _replicas(2048)
