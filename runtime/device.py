@@ -21,7 +21,7 @@ from tvm_chiplet.runtime.simulator import (
     MessageColumns,
     SimResult,
     SimTask,
-    dependency_cycle,
+    acyclic,
     simulate,
 )
 from tvm_chiplet.targets.cost_model import static_energy_pj
@@ -332,7 +332,7 @@ def _waiting_readers(sim_tasks: list[SimTask], sim_messages: MessageColumns,
     follows = cluster[order[1:]] == cluster[order[:-1]]
     src = np.concatenate([src, order[:-1][follows]])
     dst = np.concatenate([dst, order[1:][follows]])
-    if dependency_cycle(len(sim_tasks), src, dst) is None:
+    if acyclic(len(sim_tasks), src, dst):
         return set()
     # Every edge inside a strongly connected component lies on a cycle.
     graph = nx.DiGraph()

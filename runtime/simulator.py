@@ -587,26 +587,14 @@ def _prepare_links(
 
 def _check_acyclic(problem: _Problem) -> None:
     """Raise if the messages form a dependency cycle, naming the tasks on one cycle."""
-    cycle = dependency_cycle(len(problem.task_names), problem.message_src, problem.message_dst)
-    if cycle is None:
+    if acyclic(len(problem.task_names), problem.message_src, problem.message_dst):
         return
-    names = " -> ".join(repr(problem.task_names[t]) for t in [*cycle, cycle[0]])
-    raise ValueError(
-        f"the task graph has a dependency cycle: {names}; messages must form an acyclic graph "
-        f"(remove or reverse one of these messages)"
-    )
-
-
-def dependency_cycle(num_tasks: int, src, dst) -> list[int] | None:
-    """The tasks of one cycle of the edges ``src[i] -> dst[i]`` (each task's successor on it
-    next), or None when they form an acyclic graph."""
-    src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
-    if np.all(src < dst) or _acyclic(num_tasks, src, dst):
-        return None  # (task index order is a topological order in the first case)
+    num_tasks = len(problem.task_names)
+    src, dst = problem.message_src.tolist(), problem.message_dst.tolist()
     successors: list[list[int]] = [[] for _ in range(num_tasks)]
     predecessors: list[list[int]] = [[] for _ in range(num_tasks)]
     in_degree = [0] * num_tasks
-    for s, d in zip(src.tolist(), dst.tolist(), strict=True):
+    for s, d in zip(src, dst, strict=True):
         successors[s].append(d)
         predecessors[d].append(s)
         in_degree[d] += 1
@@ -618,18 +606,28 @@ def dependency_cycle(num_tasks: int, src, dst) -> list[int] | None:
             if in_degree[successor] == 0:
                 ready.append(successor)
     stuck = [task for task in range(num_tasks) if in_degree[task] > 0]
+    if not stuck:
+        return
     # Every stuck task has a stuck predecessor: walking predecessors must revisit a task.
     walk, seen, task = [], {}, stuck[0]
     while task not in seen:
         seen[task] = len(walk)
         walk.append(task)
         task = next(p for p in predecessors[task] if in_degree[p] > 0)
-    return list(reversed(walk[seen[task] :]))
+    cycle = list(reversed(walk[seen[task] :]))
+    names = " -> ".join(repr(problem.task_names[t]) for t in [*cycle, cycle[0]])
+    raise ValueError(
+        f"the task graph has a dependency cycle: {names}; messages must form an acyclic graph "
+        f"(remove or reverse one of these messages)"
+    )
 
 
-def _acyclic(num_tasks: int, src: np.ndarray, dst: np.ndarray) -> bool:
-    """Whether the edges ``src -> dst`` form an acyclic graph: Kahn's algorithm, a level
+def acyclic(num_tasks: int, src: np.ndarray, dst: np.ndarray) -> bool:
+    """Whether the edges ``src -> dst`` between tasks ``0 .. num_tasks - 1`` form an acyclic
+    graph: at once when every edge goes forward in task order, else Kahn's algorithm, a level
     of ready tasks at a time, in numpy (a workload has hundreds of thousands of messages)."""
+    if np.all(src < dst):
+        return True  # task index order is a topological order
     order = np.argsort(src, kind="stable")
     targets = dst[order]
     offsets = np.searchsorted(src[order], np.arange(num_tasks + 1))
