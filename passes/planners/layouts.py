@@ -125,6 +125,14 @@ def grid_order(topology: Topology, clusters: Sequence[int] | None = None) -> lis
     2-D position (chiplet position, then the cluster's place in its chiplet): every prefix of
     ``4^j`` clusters of a power-of-two grid is a square sub-mesh and of ``2 * 4^j`` a 2:1
     rectangle; on other grids prefixes stay compact."""
+    spots = _spots(topology, clusters)
+    return sorted(spots, key=lambda cid: (_morton(*spots[cid]), cid))
+
+
+def _spots(topology: Topology, clusters: Sequence[int] | None) -> dict[int, tuple[int, int]]:
+    """Each cluster of ``clusters`` (default: all) at its 2-D position on the grid of
+    clusters (chiplet position, then the cluster's place in its chiplet), counted from the
+    corner of their bounding rectangle."""
     system = topology.system
     width = 1 + max(c.lx for c in system.clusters)
     height = 1 + max(c.ly for c in system.clusters)
@@ -138,7 +146,24 @@ def grid_order(topology: Topology, clusters: Sequence[int] | None = None) -> lis
     spots = {cid: position(cid) for cid in chosen}
     x0 = min(x for x, _ in spots.values())
     y0 = min(y for _, y in spots.values())
-    return sorted(spots, key=lambda cid: (_morton(spots[cid][0] - x0, spots[cid][1] - y0), cid))
+    return {cid: (x - x0, y - y0) for cid, (x, y) in spots.items()}
+
+
+def row_order(topology: Topology, clusters: Sequence[int] | None = None) -> list[int] | None:
+    """Clusters (default: all) row by row over their 2-D position, when they fill their
+    bounding rectangle and every prefix of that order is joined by live links (else None).
+
+    Over a group in this order a 2-D split's row bands are rows of the grid and the members
+    holding one output-channel slice in every band stand in a column, so a band's gathers
+    load the rows' links and the replicas' exchange of weight stripes the columns'; in
+    :func:`grid_order` both cross the same links."""
+    spots = _spots(topology, clusters)
+    width = 1 + max(x for x, _ in spots.values())
+    height = 1 + max(y for _, y in spots.values())
+    if len(set(spots.values())) != len(spots) or len(spots) != width * height:
+        return None
+    order = sorted(spots, key=lambda cid: (spots[cid][1], spots[cid][0]))
+    return order if connected_order(topology, order) == order else None
 
 
 def allocation_groups(topology: Topology, clusters: Sequence[int] | None = None

@@ -22,6 +22,7 @@ from tvm_chiplet.passes.planners.layouts import (
     plan_cost,
     pool_stream_rate,
     renamed_axis,
+    row_order,
     tile_costs,
 )
 from tvm_chiplet.passes.planners.placement import OpSplit, PlanningError
@@ -65,6 +66,19 @@ def test_groups_of_a_grid_that_is_not_a_power_of_two_cover_it():
     groups = allocation_groups(Topology(mesh_system(3, 3)))
     assert [len(g) for g in groups] == [1, 2, 4, 8, 9]
     assert sorted(groups[-1]) == list(range(9))
+
+
+def test_row_order_lists_a_whole_grid_row_by_row_and_nothing_around_a_hole():
+    system = mesh_system(2, 3)  # 2 rows of 3 chiplets
+    spot = {c.id: (system.chiplets[c.chiplet].y, system.chiplets[c.chiplet].x)
+            for c in system.clusters}
+    order = row_order(Topology(system))
+    assert [spot[c] for c in order] == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+    assert order != grid_order(Topology(system))  # Z order takes a 2x2 square first
+    # A sub-mesh of it, and a grid with a dead chiplet (its clusters no longer fill it).
+    assert [spot[c] for c in row_order(Topology(system), order[1:3] + order[4:])] == [
+        (0, 1), (0, 2), (1, 1), (1, 2)]
+    assert row_order(Topology(mesh_system(3, 3, faults={"chiplets": ["x1y1"]}))) is None
 
 
 def test_a_matching_layout_moves_nothing_and_an_all_to_all_less_than_an_all_gather():

@@ -15,7 +15,7 @@ from tvm_chiplet.passes.planners import (
     tensor_parallel,
 )
 from tvm_chiplet.passes.planners.evaluate import placement_items, simulate_placement
-from tvm_chiplet.passes.planners.layouts import FOLLOW, LayoutCosts
+from tvm_chiplet.passes.planners.layouts import FOLLOW, LayoutCosts, row_order
 from tvm_chiplet.passes.planners.placement import OpSplit, Placement
 from tvm_chiplet.passes.planners.tensor_parallel import collective_messages, snake_tiles
 from tvm_chiplet.runtime.device import simulate_workload
@@ -196,6 +196,27 @@ def test_where_the_device_pools_the_grids_replicas_a_plan_so_estimated_is_judged
     streams = sram_bytes < 1_000_000
     assert ("1 replicas pooled" in notes["estimated_cycles"]) == streams
     assert ("1 replicas pooled" in notes.get("simulated_cycles", {})) == streams
+
+
+def test_splits_over_the_whole_grid_are_judged_in_z_order_and_in_rows(monkeypatch):
+    # A 2x4 grid: Z order takes 2x2 squares, rows the grid's rows. The plan's splits over all
+    # 8 clusters are simulated in both orders and the faster kept.
+    base = problem(8)
+    p = dataclasses.replace(base, realise=lambda placement: (base.graph, placement))
+    plan = TensorParallelPlanner(batches=1).plan(p)
+    whole = [split for split in plan.splits if len(split.clusters) == 8]
+    assert whole
+    cycles = plan.notes["grid_order_simulated_cycles"]
+    kept = plan.notes["grid_order"]
+    assert cycles[kept] == min(cycles.values())
+    rows = tuple(row_order(p.topology))
+    assert all((split.clusters == rows) == (kept == "rows") for split in whole)
+    # A plan realising to more messages than the budget is kept as planned.
+    monkeypatch.setattr(tensor_parallel, "ROWS_JUDGED_MESSAGES", 0)
+    again = TensorParallelPlanner(batches=1).plan(
+        dataclasses.replace(base, realise=lambda placement: (base.graph, placement)))
+    assert "grid_order" not in again.notes
+    assert all(split.clusters != rows for split in again.splits if len(split.clusters) == 8)
 
 
 def test_a_plan_with_blocks_splits_is_judged_beside_the_best_plan_without_them():
