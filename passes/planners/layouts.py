@@ -166,6 +166,12 @@ def row_order(topology: Topology, clusters: Sequence[int] | None = None) -> list
     return order if connected_order(topology, order) == order else None
 
 
+def row_length(topology: Topology, clusters: Sequence[int] | None = None) -> int:
+    """Clusters in one row of the rectangle ``clusters`` (default: all) fill, as
+    :func:`row_order` lists them."""
+    return len({x for x, _ in _spots(topology, clusters).values()})
+
+
 def allocation_groups(topology: Topology, clusters: Sequence[int] | None = None
                       ) -> list[tuple[int, ...]]:
     """Nested groups of clusters an op may be split over: the :func:`grid_order` prefixes of

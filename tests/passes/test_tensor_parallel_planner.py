@@ -210,13 +210,34 @@ def test_splits_over_the_whole_grid_are_judged_in_z_order_and_in_rows(monkeypatc
     kept = plan.notes["grid_order"]
     assert cycles[kept] == min(cycles.values())
     rows = tuple(row_order(p.topology))
-    assert all((split.clusters == rows) == (kept == "rows") for split in whole)
+    assert all((split.clusters == rows) == (kept != "z") for split in whole)
     # A plan realising to more messages than the budget is kept as planned.
     monkeypatch.setattr(tensor_parallel, "ROWS_JUDGED_MESSAGES", 0)
     again = TensorParallelPlanner(batches=1).plan(
         dataclasses.replace(base, realise=lambda placement: (base.graph, placement)))
     assert "grid_order" not in again.notes
     assert all(split.clusters != rows for split in again.splits if len(split.clusters) == 8)
+
+
+def test_a_2d_split_over_a_group_that_is_no_rectangle_is_judged_over_the_grid_in_rows():
+    # A 3x3 grid: Z order's first 8 clusters are no rectangle. Op 0's 2-D split over them is
+    # also judged over all 9 in rows, a band per grid row (3 output-channel slices each).
+    system = mesh_system(3, 3, bandwidth=64.0)
+    base = PlanningProblem(CHAIN, system, Topology(system), DIMS, simulator=simulate_workload)
+    p = dataclasses.replace(base, realise=lambda placement: (base.graph, placement))
+    eight = LayoutCosts(p).groups[-2].members
+    assert len(eight) == 8 and row_order(p.topology, eight) is None
+    placement = Placement("manual", (0,) * 4, (0,) * 4, (0,),
+                          splits=(OpSplit(0, "tiles/2", eight),))
+    kept = TensorParallelPlanner(batches=1)._in_rows(p, placement)
+    cycles = kept.notes["grid_order_simulated_cycles"]
+    assert set(cycles) == {"z", "rows, 2-D splits in grid rows"}  # none over the whole grid
+    assert cycles[kept.notes["grid_order"]] == min(cycles.values())
+    rebanded = OpSplit(0, "tiles/3", tuple(row_order(p.topology)))
+    assert kept.splits == ((rebanded,) if kept.notes["grid_order"] != "z" else placement.splits)
+    # An op with fewer rows than the grid has rows keeps its split.
+    few = dataclasses.replace(p, split_dims={**DIMS, 0: {"out_channels": 64, "rows": 2}})
+    assert "grid_order" not in TensorParallelPlanner(batches=1)._in_rows(few, placement).notes
 
 
 def test_a_plan_with_blocks_splits_is_judged_beside_the_best_plan_without_them():
