@@ -66,9 +66,12 @@ def test_convolutions_split_in_2d_beat_other_splits_and_match_onnxruntime(
     simulated = notes["simulated_cycles"]
     assert min(simulated.values()) < simulated[beaten]
     # The artifact (its segments) simulates as the planner judged the realised module, partial
-    # sums at the accumulators' width in both.
-    assert plan["estimate"][0]["simulated_cycles"] == pytest.approx(min(simulated.values()),
-                                                                    rel=1e-9)
+    # sums at the accumulators' width in both: the best judged plan, or its splits in the order
+    # of the grid that simulated fastest (ResNet-18: 5 427 cycles in rows).
+    kept = notes.get("grid_order_simulated_cycles", {}).get(notes.get("grid_order"))
+    assert kept is None or kept <= min(simulated.values())
+    assert plan["estimate"][0]["simulated_cycles"] == pytest.approx(
+        min(simulated.values()) if kept is None else kept, rel=1e-9)
 
 
 def test_matmuls_split_in_2d_beat_1d_splits_and_match_onnxruntime(tmp_path):
