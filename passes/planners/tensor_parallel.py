@@ -115,10 +115,11 @@ class TensorParallelPlanner:
     to more messages than the best estimate's is judged only up to :data:`JUDGED_MESSAGES`.
 
     When the problem can realise and simulate the plan, its splits over the whole grid are also
-    judged with their clusters row by row instead of in Z order (:meth:`_in_rows`), and its
-    streamed weights are placed in DRAM as simulates fastest (:func:`~.dram.fastest_dram`:
-    interleaved, nearest controller, or balanced over the controllers with or without SRAM
-    loans), and for more than one input they run in the microbatch that simulates fastest
+    judged with their clusters row by row instead of in Z order, and its 2-D splits over a group
+    that is no rectangle over the grid's rows (:meth:`_in_rows`); its streamed weights are
+    placed in DRAM as simulates fastest (:func:`~.dram.fastest_dram`: interleaved, nearest
+    controller, or balanced over the controllers with or without SRAM loans), and for more than
+    one input they run in the microbatch that simulates fastest
     (:func:`~.microbatch.fastest_microbatch`).
 
     Parameters
@@ -713,11 +714,10 @@ this much: there the 4 copies, estimated 4.7x the pooled ones, took 20 s to real
 simulate to 3.3x."""
 
 ROWS_JUDGED_MESSAGES = 2**18
-"""Most collective messages (:func:`collective_messages`) of a plan whose splits over the whole
-grid are also judged in rows (:meth:`TensorParallelPlanner._in_rows`), which realises and
-simulates it once more: for ResNet-50 at batch 1, 2^16 on simba-6x6 (13 s more planning) and
-about 2^17.8 on an 8x8 mesh; 2^21.7 on a 16x16 mesh, not judged, which keeps its planning within
-120 s."""
+"""Most collective messages (:func:`collective_messages`) of a plan whose splits are also judged
+in the grid's rows (:meth:`TensorParallelPlanner._in_rows`), which realises and simulates it
+once or twice more: for ResNet-50 at batch 1, 2^16 on simba-6x6 and about 2^17.8 on an 8x8 mesh;
+2^21.7 on a 16x16 mesh, not judged, which keeps its planning within 120 s."""
 
 JUDGED_MESSAGES = 8192
 """Messages (:func:`collective_messages`) up to which a plan is judged by simulation even when
