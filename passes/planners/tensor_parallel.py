@@ -290,9 +290,11 @@ class TensorParallelPlanner:
         grid in rows, a band per grid row. The estimate does not tell the orders apart
         (ResNet-50 batch 1 on simba-6x6: 343.9 k cycles in Z order, 328.4 k in rows, 310.1 k
         with its stage-2 tiles of 2x2 clusters on 32 in rows of 6 on 36). Only where the grid
-        is whole and the plan realises in seconds (:data:`ROWS_JUDGED_MESSAGES`)."""
+        is whole, the plan one stage without copies (whose splits keep to their tiles), and it
+        realises in seconds (:data:`ROWS_JUDGED_MESSAGES`)."""
         rows = row_order(problem.topology)
-        if rows is None or collective_messages(placement) > ROWS_JUDGED_MESSAGES:
+        if (rows is None or placement.copies > 1 or len(set(placement.op_stage)) > 1
+                or collective_messages(placement) > ROWS_JUDGED_MESSAGES):
             return placement
         grid, width = set(rows), row_length(problem.topology)
         bands = len(rows) // width

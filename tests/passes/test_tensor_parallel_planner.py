@@ -235,9 +235,12 @@ def test_a_2d_split_over_a_group_that_is_no_rectangle_is_judged_over_the_grid_in
     assert cycles[kept.notes["grid_order"]] == min(cycles.values())
     rebanded = OpSplit(0, "tiles/3", tuple(row_order(p.topology)))
     assert kept.splits == ((rebanded,) if kept.notes["grid_order"] != "z" else placement.splits)
-    # An op with fewer rows than the grid has rows keeps its split.
+    # An op with fewer rows than the grid has rows keeps its split, and so does a stage of a
+    # pipeline (its splits keep to its tile).
     few = dataclasses.replace(p, split_dims={**DIMS, 0: {"out_channels": 64, "rows": 2}})
     assert "grid_order" not in TensorParallelPlanner(batches=1)._in_rows(few, placement).notes
+    staged = dataclasses.replace(placement, op_stage=(0, 0, 1, 1), stage_clusters=(0, 8))
+    assert TensorParallelPlanner(batches=1)._in_rows(p, staged) is staged
 
 
 def test_a_plan_with_blocks_splits_is_judged_beside_the_best_plan_without_them():
