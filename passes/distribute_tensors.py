@@ -640,6 +640,8 @@ class _Distributor:
     def _follow(self, var: relax.Var, call: relax.Call) -> _Sharded | None:
         """The layout of ``call`` when it can follow a sharded operand's layout, else None."""
         name = call.op.name
+        if name == "relax.concat":
+            return self._follow_concat(var, call)
         args = [self.resolve(a) for a in call.args]
         tensors = [a for a in args if isinstance(a, relax.Var)
                    and isinstance(self.layout.get(a), (_Whole, _Sharded, _Partial, _Tiled))]
@@ -721,6 +723,69 @@ class _Distributor:
                 return None
         return self._parts(var, call, args, axis, bounds, layout, lambda a, b, e, c: (
             self.region(a, layout.axis, b, e, c) if a.same_as(data) else self.whole(a, c)))
+
+    def _follow_concat(self, var: relax.Var, call: relax.Call) -> _Sharded | _Tiled | None:
+        """A concat of distributed values (a Fire or Inception module's branches, a U-Net's
+        skip), without gathering them; None when no input is distributed, or when they lie
+        in layouts it cannot join (the concat then runs whole on one cluster):
+
+        - inputs sharded along an axis the concat does not join (the rows of row splits):
+          one concat per part of the first sharded input, where it lies, reading the same
+          share of every input;
+        - inputs sharded along the axis it joins (channels of output-channel splits), or tiled
+          in the same row bands and joined along their channels: no op at all, the output's
+          parts are the inputs' parts, their spans shifted (a cluster may hold several)."""
+        fields = self.resolve(call.args[0])
+        if isinstance(fields, relax.Var) and isinstance(self.layout.get(fields), _TupleOf):
+            fields = relax.Tuple(self.layout[fields].fields)
+        if not isinstance(fields, relax.Tuple):
+            return None
+        fields = [self.resolve(f) for f in fields.fields]
+        layouts = [self.layout.get(f) if isinstance(f, relax.Var) else None for f in fields]
+        out = static_shape(var)
+        if (out is None or None in out
+                or not any(isinstance(lay, (_Sharded, _Partial, _Tiled)) for lay in layouts)):
+            return None
+        layouts = [self.reduce_scatter(f) if isinstance(lay, _Partial) else lay
+                   for f, lay in zip(fields, layouts, strict=True)]
+        axis = int(call.attrs.axis) % len(out)
+        sizes = [_shape(f)[axis] for f in fields]
+        offsets = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+        if all(isinstance(lay, _Tiled) for lay in layouts):
+            first = layouts[0]
+            if axis != first.channel_axis or any(
+                    (lay.rows, lay.row_axis, lay.channel_axis)
+                    != (first.rows, first.row_axis, first.channel_axis) for lay in layouts):
+                return None
+            channels, parts, clusters = [], [], []
+            for i in range(len(first.rows)):
+                for lay in layouts:
+                    n = len(lay.channels)
+                    parts += lay.parts[i * n:(i + 1) * n]
+                    clusters += lay.clusters[i * n:(i + 1) * n]
+            for lay, offset in zip(layouts, offsets, strict=False):
+                channels += [(b + offset, e + offset) for b, e in lay.channels]
+            return _Tiled(first.rows, tuple(channels), tuple(parts), tuple(clusters),
+                          first.row_axis, first.channel_axis)
+        sharded = [lay for lay in layouts if isinstance(lay, _Sharded)]
+        if any(isinstance(lay, _Tiled) for lay in layouts) or not sharded:
+            return None
+        first = sharded[0]
+        if len(sharded) == len(layouts) and all(lay.axis == axis for lay in layouts):
+            bounds, parts, clusters = [], [], []
+            for lay, offset in zip(layouts, offsets, strict=False):
+                bounds += [(b + offset, e + offset) for b, e in lay.bounds]
+                parts += lay.parts
+                clusters += lay.clusters
+            return _Sharded(axis, tuple(bounds), tuple(parts), tuple(clusters))
+        if first.axis == axis or any(lay.axis != first.axis for lay in sharded):
+            return None
+        parts = []
+        for p, ((b, e), c) in enumerate(zip(first.bounds, first.clusters, strict=True)):
+            pieces = [self.region(f, first.axis, b, e, c) for f in fields]
+            parts.append(self.emit(relax.op.concat([self.use(piece, c) for piece in pieces],
+                                                   axis=axis), f"{var.name}_p{p}", c))
+        return _Sharded(first.axis, first.bounds, tuple(parts), first.clusters)
 
     def _follow_slice(self, var: relax.Var, call: relax.Call, data: relax.Expr
                       ) -> _Sharded | _Tiled | None:
@@ -916,8 +981,10 @@ class _Distributor:
             least = SHARE_ROWS * -(-len(layout.parts) // RECUT_TILES)
             bounds, parts, clusters = [], [], []
             for i, (begin, end) in enumerate(layout.rows):
-                members = layout.clusters[i * n:(i + 1) * n]
-                shares = even_bounds(end - begin, max(1, min(n, (end - begin) // least)))
+                # A band of a concat's tiles holds several slices per member.
+                members = list(dict.fromkeys(layout.clusters[i * n:(i + 1) * n]))
+                shares = even_bounds(end - begin,
+                                     max(1, min(len(members), (end - begin) // least)))
                 for (lo, hi), c in zip(shares, members[:len(shares)], strict=True):
                     rows = (begin + lo, begin + hi)
                     bounds.append(rows)
@@ -929,18 +996,21 @@ class _Distributor:
         return self._by_rows[value]
 
     def _pool_tiles(self, var: relax.Var, call: relax.Call, data: relax.Var) -> _Tiled | None:
-        """A max pool (NCHW, not ceil mode) of a tiled value, tile by tile: each part pools
-        its band of output rows from its band of input rows and the halo, in its channels, as
-        a row split's convolution reads them (padding rows at the edges by the pool's own
-        padding, which a max ignores)."""
+        """A max pool (NCHW) of a tiled value, tile by tile: each part pools its band of
+        output rows from its band of input rows and the halo, in its channels, as a row
+        split's convolution reads them (padding rows at the edges by the pool's own padding,
+        which a max ignores). In ceil mode, the last window's rows and columns past the input
+        are padding too: each part pools in floor mode with that much more padding."""
         attrs = call.attrs
         layout = self.layout[data]
-        out, height = _shape(var), _shape(data)[_ROWS]
-        if str(attrs.layout) != "NCHW" or bool(attrs.ceil_mode) or out[_ROWS] < len(layout.rows):
+        out, (height, width) = _shape(var), _shape(data)[_ROWS:]
+        if str(attrs.layout) != "NCHW" or out[_ROWS] < len(layout.rows):
             return None
         top, left, _, right = (int(p) for p in attrs.padding)
         stride, dilation = int(attrs.strides[0]), int(attrs.dilation[0])
         extent = (int(attrs.pool_size[0]) - 1) * dilation + 1
+        extent_w = (int(attrs.pool_size[1]) - 1) * int(attrs.dilation[1]) + 1
+        right = max(right, (out[_ROWS + 1] - 1) * int(attrs.strides[1]) + extent_w - width - left)
         rows = tuple(even_bounds(out[_ROWS], len(layout.rows)))
         n = len(layout.channels)
         parts = []

@@ -408,6 +408,72 @@ def test_a_max_pool_between_2d_splits_pools_each_tile_with_its_halo():
     assert max(n for n, _, _ in moved) <= 8 * 8 * 16 * 4
 
 
+@pytest.mark.parametrize("ceil_mode", [False, True])
+def test_a_max_pool_in_ceil_mode_between_2d_splits_pools_each_tile_where_it_lies(ceil_mode):
+    """conv 8->16 (2-D) -> max pool 3x3 stride 2, no padding (SqueezeNet's: in ceil mode the
+    last window overhangs the input) -> conv 16->8 (2-D)."""
+    def block(bb, x):
+        a = bb.emit(relax.op.nn.conv2d(x, const(16, 8, 3, 3), padding=[1, 1, 1, 1]))
+        p = bb.emit(relax.op.nn.max_pool2d(a, pool_size=[3, 3], strides=[2, 2],
+                                           ceil_mode=ceil_mode))
+        return relax.op.nn.conv2d(p, const(8, 16, 3, 3), padding=[1, 1, 1, 1])
+
+    mod = module(block, (1, 8, 16, 16))
+    group = (0, 1, 2, 3)
+    splits = [DistributedSplit(0, "tiles/2", group), DistributedSplit(1, "tiles/2", group)]
+    reduced, clusters = split_and_check(mod, splits, (1, 8, 16, 16))
+    bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
+    where = {b.var: c for b, c in zip(bindings, clusters, strict=True)}
+    pools = [b for b in bindings if "max_pool2d" in b.value.args[0].name_hint]
+    assert sorted(where[b.var] for b in pools) == [0, 1, 2, 3]
+    # 16 rows pool to 7 (8 in ceil mode), in bands of 4 and 3 (4 and 4).
+    assert sorted(int(b.var.ty.shape.values[2]) for b in pools) == (
+        [4, 4, 4, 4] if ceil_mode else [3, 3, 4, 4])
+    assert max(n for n, _, _ in crossings(reduced, clusters)) <= 8 * 8 * 16 * 4
+
+
+def fire(bb, x):
+    """SqueezeNet's Fire module: squeeze 1x1 8->4, expand 1x1 and 3x3 4->8 each, their
+    outputs concatenated along the channels, then a 1x1 conv 16->8."""
+    s = bb.emit(relax.op.nn.relu(relax.op.nn.conv2d(x, const(4, 8, 1, 1))))
+    a = bb.emit(relax.op.nn.relu(relax.op.nn.conv2d(s, const(8, 4, 1, 1))))
+    b = bb.emit(relax.op.nn.relu(relax.op.nn.conv2d(s, const(8, 4, 3, 3),
+                                                    padding=[1, 1, 1, 1])))
+    c = bb.emit(relax.op.concat([a, b], axis=1))
+    return relax.op.nn.conv2d(c, const(8, 16, 1, 1))
+
+
+@pytest.mark.parametrize("dim", ["rows", "tiles/2", "out_channels"])
+def test_a_concat_of_distributed_branches_is_not_gathered(dim):
+    """Both branches of a Fire module split alike: the concat of their outputs joins each
+    part where it lies (rows), or is no op at all (the channel slices of both branches are
+    the concat's: tiles and output channels); nothing of its size crosses, and the next conv
+    reads it as it would any distributed value."""
+    mod = module(fire)
+    group = (0, 1, 2, 3)
+    splits = [DistributedSplit(anchor, dim, group) for anchor in range(4)]
+    reduced, clusters = split_and_check(mod, splits, (1, 8, 12, 12))
+    if dim == "rows":  # one concat per band of rows, where it lies
+        bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
+        joined = [b for b in bindings if "concatenate" in b.value.args[0].name_hint
+                  and int(b.var.ty.shape.values[1]) == 16]  # not a halo's gather (4 channels)
+        assert sorted(int(b.var.ty.shape.values[2]) for b in joined) == [3, 3, 3, 3]
+    # What crosses is what the next conv's parts read of the other parts (a halo row, a band
+    # of a slice, a slice): at most a quarter of one branch's output (8 channels x 12 x 12),
+    # where a gathered concat sends the parts a half to the whole of it (2304, 4608 and 9216
+    # bytes for rows, tiles and output channels).
+    moved = crossings(reduced, clusters)
+    assert max(n for n, _, d in moved if d != 0) <= 8 * 12 * 12 * 4 // 4
+
+
+def test_a_concat_of_branches_in_different_layouts_is_gathered_with_numerics_unchanged():
+    mod = module(fire)
+    splits = [DistributedSplit(0, "rows", (0, 1)), DistributedSplit(1, "rows", (0, 1)),
+              DistributedSplit(2, "tiles/2", (0, 1, 2, 3)),
+              DistributedSplit(3, "out_channels", (0, 1))]
+    split_and_check(mod, splits, (1, 8, 12, 12))
+
+
 def test_a_depthwise_conv_between_2d_splits_convolves_each_tile_where_it_lies():
     """conv 8->16 (2-D) -> depthwise 3x3 (2-D) -> conv 16->8 (2-D): MobileNet's block."""
     def block(bb, x):
