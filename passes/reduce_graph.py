@@ -8,6 +8,7 @@ from tvm import relax
 from tvm_chiplet.passes.fold_constant_calls import FoldConstantCalls
 from tvm_chiplet.passes.keep_quantized_weights import KeepQuantizedWeights
 from tvm_chiplet.passes.legalize_once import LegalizeOnce
+from tvm_chiplet.passes.separate_broadcast_epilogues import SeparateBroadcastEpilogues
 
 
 @tvm.transform.module_pass(opt_level=0, name="ReduceGraph")
@@ -18,7 +19,8 @@ class ReduceGraph:
     ``FoldConstant``, ``FuseOps``, ``FuseTIR`` and ``DeadCodeElimination`` under ``target``,
     with :class:`LegalizeOnce` before ``LegalizeOps`` and :class:`FoldConstantCalls` before
     ``FoldConstant`` (same result; each op signature legalized, each PrimFunc built, once
-    instead of once per call).
+    instead of once per call), and :class:`SeparateBroadcastEpilogues` before ``FuseOps`` (a
+    squeeze-and-excitation gate's multiply is not fused into its conv).
     Constants are folded before anything is partitioned, so weight-only computations (e.g. a
     transposed weight) do not become values that cross clusters. The integer weights of a
     quantized model stay integers, decoded inside the kernel reading them
@@ -50,7 +52,8 @@ class ReduceGraph:
             relax.transform.FoldConstant(),
         ]
         if self.fuse:
-            lowering += [relax.transform.FuseOps(), relax.transform.FuseTIR()]
+            lowering += [SeparateBroadcastEpilogues(), relax.transform.FuseOps(),
+                         relax.transform.FuseTIR()]
         passes = [
             KeepQuantizedWeights(tvm.transform.Sequential(lowering), fuse_decode=self.fuse),
             relax.transform.DeadCodeElimination(["main"]),

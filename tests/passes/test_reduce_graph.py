@@ -102,3 +102,43 @@ def test_input_module_is_not_mutated():
 def test_unknown_target_is_refused():
     with pytest.raises(ValueError):
         ReduceGraph(target="no-such-target")
+
+
+@I.ir_module
+class SqueezeExcite:
+    """A squeeze-and-excitation gate after a conv: the gate's multiply grows a 1x1 conv's result
+    to the whole activation; the conv before it keeps its bias and activation fused."""
+
+    @R.function
+    def main(x: R.Tensor((1, 8, 6, 6), "float32")):
+        with R.dataflow():
+            a = R.nn.relu(R.add(R.nn.conv2d(x, R.const(np.full((8, 8, 1, 1), 0.1, "float32"))),
+                                R.const(np.full((1, 8, 1, 1), 0.2, "float32"))))
+            pooled = R.mean(a, axis=[2, 3], keepdims=True)
+            gate = R.sigmoid(R.nn.conv2d(pooled, R.const(np.full((8, 8, 1, 1), 0.3, "float32"))))
+            y = R.multiply(a, gate)
+            R.output(y)
+        return y
+
+
+def fused_calls(mod):
+    return [b.value.args[0].name_hint for b in mod["main"].body.blocks[0].bindings
+            if isinstance(b.value, relax.Call) and b.value.op.same_as(CALL_TIR)]
+
+
+def test_a_gate_multiply_is_not_fused_into_the_conv_it_grows_and_other_epilogues_are():
+    calls = fused_calls(ReduceGraph()(SqueezeExcite))
+    # TVM alone fuses the multiply into the gate's conv (a kernel reading and writing the
+    # whole activation); here it is its own kernel. The first conv keeps its add and relu.
+    assert any("conv2d1" in c and "multiply" in c for c in fused_calls(tvm_fused(SqueezeExcite)))
+    assert calls[-1] == "multiply"
+    assert not any("conv2d" in c and "multiply" in c for c in calls)
+    assert any("conv2d" in c and "add" in c and "relu" in c for c in calls)
+    x = np.random.default_rng(0).normal(size=(1, 8, 6, 6)).astype("float32")
+
+    def run(mod):
+        vm = relax.VirtualMachine(tvm.compile(mod, "llvm"), tvm.cpu())
+        return vm["main"](tvm.runtime.tensor(x)).numpy()
+
+    np.testing.assert_allclose(run(ReduceGraph()(SqueezeExcite)), run(SqueezeExcite),
+                               rtol=1e-5, atol=1e-6)

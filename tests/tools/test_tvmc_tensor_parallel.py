@@ -295,3 +295,65 @@ def test_max_parts_caps_the_clusters_of_every_split_op_end_to_end(tmp_path, caps
         err = capsys.readouterr().err
         assert "max-parts" in err and says in err
         assert not (tmp_path / "bad.tar").exists()
+
+
+def fire_and_gate(image: int = 32):
+    """A CNN of none of the bundled models' blocks: a conv, a ceil-mode max pool, a Fire module
+    (1x1 and 3x3 branches concatenated along the channels, as SqueezeNet's), a
+    squeeze-and-excitation gate over the concat (EfficientNet's) and a classifier."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(7)
+    inits, nodes = [], []
+
+    def weight(name, *shape):
+        fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+        inits.append(helper.make_tensor(name, TensorProto.FLOAT, shape, (
+            rng.normal(size=shape) * np.sqrt(2.0 / fan_in)).astype("float32").ravel()))
+        return name
+
+    def conv(x, name, cin, cout, kernel, relu=True):
+        pad = kernel // 2
+        nodes.append(helper.make_node("Conv", [x, weight(f"{name}.w", cout, cin, kernel, kernel),
+                                               weight(f"{name}.b", cout)], [f"{name}.c"],
+                                      pads=[pad] * 4))
+        if not relu:
+            return f"{name}.c"
+        nodes.append(helper.make_node("Relu", [f"{name}.c"], [name]))
+        return name
+
+    x = conv("x", "stem", 8, 16, 3)
+    nodes.append(helper.make_node("MaxPool", [x], ["pool"], kernel_shape=[3, 3], strides=[2, 2],
+                                  ceil_mode=1))
+    squeeze = conv("pool", "squeeze", 16, 8, 1)
+    nodes.append(helper.make_node("Concat", [conv(squeeze, "e1", 8, 16, 1),
+                                             conv(squeeze, "e3", 8, 16, 3)], ["fire"], axis=1))
+    nodes.append(helper.make_node("GlobalAveragePool", ["fire"], ["pooled"]))
+    gate = conv(conv("pooled", "se1", 32, 8, 1), "se2", 8, 32, 1, relu=False)
+    nodes += [helper.make_node("Sigmoid", [gate], ["sig"]),
+              helper.make_node("Mul", ["fire", "sig"], ["gated"])]
+    head = conv("gated", "head", 32, 16, 1)
+    nodes += [helper.make_node("GlobalAveragePool", [head], ["gap"]),
+              helper.make_node("Flatten", ["gap"], ["flat"]),
+              helper.make_node("Gemm", ["flat", weight("fc.w", 10, 16), weight("fc.b", 10)],
+                               ["output"], transB=1)]
+    graph = helper.make_graph(
+        nodes, "fire_and_gate",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, image, image])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 10])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", models.OPSET)],
+                             ir_version=models.IR_VERSION)
+
+
+def test_a_concat_of_branches_and_a_gate_over_it_split_and_match_onnxruntime(tmp_path):
+    # The concat and the gate's multiply follow the layouts of the ops around them (unit tests
+    # in tests/passes: test_distribute_tensors, test_reduce_graph); end to end, the plan splits
+    # ops over several clusters, the gate's multiply is an op of its own (not the gate conv's
+    # epilogue), and the outputs match onnxruntime.
+    model = fire_and_gate()
+    plan = compile_run_and_compare(tmp_path, model, "chiplet/mesh-4x4", "tensor-parallel",
+                                   extra=("--objective", "latency"))
+    assert plan["placement"]["notes"]["splits"] >= 1
+    assert len(plan["clusters_used"]) >= 4
+    ops = extract_op_graph(ReduceGraph()(load_model(model)), "int8").ops
+    assert [op.name for op in ops if "multiply" in op.name] == ["multiply"]
