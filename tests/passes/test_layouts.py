@@ -212,6 +212,27 @@ def test_a_layer_norm_after_a_matmuls_2d_split_runs_on_each_bands_rows():
     assert c.move(rows, tiled, 1e6) == c.move(tiled, rows, 1e6)
 
 
+@pytest.mark.parametrize("first", ["rows", "tiles/4", "out_channels"])
+def test_a_conv_that_no_strategy_splits_runs_whole_after_a_split_op(first):
+    # conv (split) -> transposed conv (no split dims: the planner leaves it out of its choice)
+    # -> conv (split), a U-Net's upsampling: DistributeTensors gathers the transposed conv's
+    # input and runs it on one cluster, and so does the estimate, charging all its cycles, not
+    # a share of them as for an op following its input's layout.
+    graph = make_graph([(4e9, 400_000, 40_000), (4e9, 400_000, 40_000), (4e9, 400_000, 40_000)],
+                       [(0, 1), (1, 2)])
+    graph.ops[1] = dataclasses.replace(graph.ops[1], name="fused_conv2d_transpose_add1")
+    system = mesh_system(4, 4, bandwidth=32.0)
+    dims = {0: DIMS[0], 2: DIMS[2]}
+    c = LayoutCosts(PlanningProblem(graph, system, Topology(system), dims))
+    choice = {0: (first, 4), 2: (first, 4)}
+    walk = CostWalk(c, choice)
+    state = walk.start()
+    walk.advance(state, choice)
+    assert state.layout[1] == HOME
+    assert plan_cost(c, choice) > plan_cost(c, {**choice, 1: None}) - 1e-6
+    assert plan_cost(c, choice) >= c.problem.op_cycles[1, 0]
+
+
 def pooled_head(pooled_bytes):
     """A conv (2-D split), a global pool ``mean`` writing ``pooled_bytes``, a classifier."""
     graph = make_graph([(4e9, 400_000, 40_000), (1e5, pooled_bytes, 0), (1e6, 1000, 8000)],
