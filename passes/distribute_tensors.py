@@ -1149,6 +1149,14 @@ class _Distributor:
             added = {int(a) % out_rank for a in attrs.axis}
             kept = [a for a in range(out_rank) if a not in added]
             return kept[axis]
+        if name == "relax.take" and attrs.axis is not None:
+            # Constant indices along another axis (torch's attention picking the query, key
+            # and value out of one projection): each part takes from its share.
+            taken = int(attrs.axis) % rank
+            indices = call.args[1]
+            if taken == axis or not isinstance(indices, tvm.ir.expr.Constant):
+                return None
+            return axis if axis < taken else axis - 1 + len(_shape(indices))
         return None
 
     def _parts(self, var: relax.Var, call: relax.Call, args: list[relax.Expr], axis: int,

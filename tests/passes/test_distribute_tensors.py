@@ -692,3 +692,25 @@ def test_a_reduce_scatter_over_a_ring_sums_the_slices_hop_by_hop_between_neighbo
             assert sliced_fractions(kernel) == {1: 1 / 8}
     assert set(hops["ring"]) == {1}
     assert max(hops["direct"]) > 1
+
+
+def test_taking_the_query_key_and_value_out_of_one_projection_keeps_the_rows_split():
+    """torch's attention projects the query, key and value in one matmul and takes each out of
+    it along a stacked axis (ONNX Gather with a constant index): each part takes from its own
+    rows, where it lies, instead of the projection being gathered whole."""
+    def block(bb, x):
+        qkv = bb.emit(relax.op.reshape(relax.op.matmul(x, const(32, 96)), [16, 3, 32]))
+        stacked = bb.emit(relax.op.permute_dims(qkv, [1, 0, 2]))  # [3, 16, 32]
+        q, k = (bb.emit(relax.op.take(stacked, relax.const(i, "int64"), axis=0)) for i in (0, 1))
+        return relax.op.add(q, k)
+
+    mod = module(block, (16, 32))
+    reduced, clusters = split_and_check(mod, [DistributedSplit(0, "rows", (0, 1, 2, 3))], (16, 32))
+    bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
+    where = {b.var: c for b, c in zip(bindings, clusters, strict=True)}
+    takes = [b for b in bindings if "take" in b.value.args[0].name_hint]
+    # Two takes per part (the query and the key of its 4 rows), on each part's cluster.
+    assert sorted(where[b.var] for b in takes) == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert all([int(d) for d in b.var.ty.shape.values] == [4, 32] for b in takes)
+    # Nothing crosses but the sum's rows, gathered home as the model's output.
+    assert {d for _, _, d in crossings(reduced, clusters)} == {0}
