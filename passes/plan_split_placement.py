@@ -9,7 +9,11 @@ from collections import Counter
 
 import tvm
 
-from tvm_chiplet.passes.analysis.extract_op_graph import extract_op_graph
+from tvm_chiplet.passes.analysis.extract_op_graph import (
+    extract_op_graph,
+    has_static_shape,
+    tensor_bytes,
+)
 from tvm_chiplet.passes.analysis.op_graph import OpGraph
 from tvm_chiplet.passes.annotate_placement import AnnotatePlacement
 from tvm_chiplet.passes.distribute_tensors import (
@@ -83,11 +87,14 @@ def split_problem(mod: tvm.IRModule, reduced: tvm.IRModule, system: ChipletSyste
                                                                            strict=True)
                   if a.activations}
     halos = {op_id: a.halo for op_id, a in zip(op_ids, anchors, strict=True) if a.halo[0]}
+    data_bytes = {op_id: tensor_bytes(data.ty, "anchor data", system.device_dtype)
+                  for op_id, (binding, _) in zip(op_ids, anchor_bindings(mod), strict=True)
+                  if has_static_shape((data := binding.value.args[0]).ty)}
     topology = Topology(system)
     realiser = SplitRealiser(mod, op_ids, system.device_dtype, target, topology,
                              system.partial_sum_bytes)
     return PlanningProblem(graph, system, topology, split_dims, simulator,
-                           realiser, follow_ops, halos), op_ids
+                           realiser, follow_ops, halos, data_bytes), op_ids
 
 
 class SplitRealiser:

@@ -68,6 +68,9 @@ class PlanningProblem:
     output's leading axes: attention's heads); such an op may instead follow a sharded
     operand's layout part by part, as other ops do. ``halos[op_id]``: a conv2d's (input rows
     a row band reads beyond its share, input rows), for the halo of a 2-D split.
+    ``data_bytes[op_id]``: the bytes of the value a split op's conv2d / matmul reads as its
+    data (its first operand), which tells that input from others of a fused op (a residual
+    added in the conv's epilogue, read part by part as the output is split).
     ``simulator`` is the device simulator that judges candidates (see :data:`WorkloadSimulator`;
     planners reach it only through
     :func:`~tvm_chiplet.passes.planners.evaluate.simulate_placement`); strategies that compare
@@ -91,6 +94,7 @@ class PlanningProblem:
     realise: SplitRealise | None = None
     follow_ops: dict[int, int] = field(default_factory=dict)
     halos: dict[int, tuple[int, int]] = field(default_factory=dict)
+    data_bytes: dict[int, int] = field(default_factory=dict)
     memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

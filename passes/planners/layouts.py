@@ -675,6 +675,19 @@ def renamed_axis(name: str, axis: str) -> str:
     return axis
 
 
+def _data_pred(op_id: int, preds: list[tuple[int, int]], problem: PlanningProblem) -> int:
+    """The pred ``(op, nbytes)`` of ``preds`` that ``op_id`` reads as its input: the one its
+    conv2d / matmul reads (:attr:`~.base.PlanningProblem.data_bytes`), the latest of those of
+    that size (a residual added in its epilogue was made before the input, which the op before
+    it makes); else, and for a matmul of activations (its operands alike), the largest, the
+    earliest of those."""
+    size = problem.data_bytes.get(op_id)
+    sized = [e for e in preds if e[1] == size]
+    if sized and op_id not in problem.follow_ops:
+        return max(sized)[0]
+    return max(sized or preds, key=lambda e: (e[1], -e[0]))[0]
+
+
 def broken_axes(name: str) -> set[str]:
     """The axes a value sharded along cannot be followed by an op named ``name``."""
     return {axis for fragment, axis in _BREAKS if fragment in name}
@@ -744,7 +757,7 @@ class CostWalk:
             preds = [(p, graph.edges[p, op.op_id]["nbytes"])
                      for p in sorted(graph.predecessors(op.op_id))]
             self.preds.append(preds)
-            self.data.append(max(preds, key=lambda e: (e[1], -e[0]))[0] if preds else None)
+            self.data.append(_data_pred(op.op_id, preds, problem) if preds else None)
             self.homes.append(costs.home(stage_of[op.op_id] if stage_of is not None else 0))
             self.broken.append(broken_axes(op.name))
         self.reduces_tiles = [reduces_tiles(op) for op in self.ops]
@@ -809,8 +822,11 @@ class CostWalk:
             for p, nbytes in preds:
                 if p == data:
                     want = need
-                elif by is not None:
-                    want = out  # an epilogue's operand (a residual add) read tile by tile
+                elif by is not None or (out.kind == "sharded" and nbytes == op.output_bytes
+                                        and op_id not in costs.problem.follow_ops):
+                    # An epilogue's operand (a residual add) read tile by tile, or part by
+                    # part along the output's split (not a matmul's second activation).
+                    want = out
                 else:
                     want = Layout("replicated", group) if parts > 1 else need
                 moves.append((p, layout[p], want, nbytes * grown if p == data else nbytes))

@@ -233,6 +233,37 @@ def test_a_conv_that_no_strategy_splits_runs_whole_after_a_split_op(first):
     assert plan_cost(c, choice) >= c.problem.op_cycles[1, 0]
 
 
+@pytest.mark.parametrize("dim", ["rows", "out_channels"])
+def test_a_residual_added_in_a_convs_epilogue_is_read_part_by_part_not_as_its_input(dim):
+    # conv 0 -> conv 1 -> conv 2 + conv 0's value (a residual added in conv 2's fused op, as
+    # FuseOps fuses torchvision's bottleneck once its batch norms are folded). Conv 2 reads
+    # conv 1's value as its input (its data_bytes tell, though the residual is larger) and the
+    # residual part by part along its output's split, as DistributeTensors runs the add: split
+    # alike along the rows, nothing moves into conv 2. Without
+    # data_bytes, the larger residual is taken for its input and conv 1's value is replicated
+    # (moved).
+    graph = make_graph([(4e9, 400_000, 40_000), (4e9, 100_000, 40_000), (4e9, 400_000, 40_000)],
+                       [(0, 1), (1, 2), (0, 2)])
+    system = mesh_system(4, 4, bandwidth=32.0)
+    conv = {"out_channels": 64, "rows": 56}
+    choice = {op: (dim, 4) for op in range(3)}
+
+    def into_conv2(data_bytes):
+        problem = PlanningProblem(graph, system, Topology(system), {op: conv for op in range(3)},
+                                  data_bytes=data_bytes)
+        walk = CostWalk(LayoutCosts(problem), choice)
+        state = walk.start()
+        walk.advance(state, choice, stop=2)
+        moves = walk.step(2, choice[2], state.layout)[4]
+        return walk.data[2], sum(walk.costs.move(src, want, n) for _, src, want, n in moves)
+
+    data, moved = into_conv2({2: 100_000})
+    assert data == 1
+    assert moved == 0.0 or dim == "out_channels"  # its input all-gathered, the residual not
+    assert moved < into_conv2({})[1]
+    assert into_conv2({})[0] == 0
+
+
 def pooled_head(pooled_bytes):
     """A conv (2-D split), a global pool ``mean`` writing ``pooled_bytes``, a classifier."""
     graph = make_graph([(4e9, 400_000, 40_000), (1e5, pooled_bytes, 0), (1e6, 1000, 8000)],
