@@ -670,7 +670,7 @@ class _Distributor:
             return self._follow_slice(var, call, args[0])
         tiled = self.layout.get(args[0])
         if isinstance(tiled, _Tiled) and tiled.nchw:
-            if name == "relax.nn.max_pool2d":
+            if name in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d"):
                 return self._pool_tiles(var, call, args[0])
             if _reduced_rows(call) is not None:
                 return self._reduce_tiles(var, call, args[0])
@@ -996,32 +996,41 @@ class _Distributor:
         return self._by_rows[value]
 
     def _pool_tiles(self, var: relax.Var, call: relax.Call, data: relax.Var) -> _Tiled | None:
-        """A max pool (NCHW) of a tiled value, tile by tile: each part pools its band of
-        output rows from its band of input rows and the halo, in its channels, as a row
-        split's convolution reads them (padding rows at the edges by the pool's own padding,
-        which a max ignores). In ceil mode, the last window's rows and columns past the input
-        are padding too: each part pools in floor mode with that much more padding."""
+        """A max or average pool (NCHW) of a tiled value, tile by tile: each part pools its
+        band of output rows from its band of input rows and the halo, in its channels, as a
+        row split's convolution reads them (padding rows only at the input's edges, as the
+        pool's own). In ceil mode, the last window's rows and columns past the input are
+        padding too: each part pools in floor mode with that much more padding, which a max
+        and an average without padding in its count ignore; an average counting its padding
+        is then not followed (gathered)."""
         attrs = call.attrs
         layout = self.layout[data]
         out, (height, width) = _shape(var), _shape(data)[_ROWS:]
         if str(attrs.layout) != "NCHW" or out[_ROWS] < len(layout.rows):
             return None
-        top, left, _, right = (int(p) for p in attrs.padding)
+        top, left, bottom, right = (int(p) for p in attrs.padding)
         stride, dilation = int(attrs.strides[0]), int(attrs.dilation[0])
         extent = (int(attrs.pool_size[0]) - 1) * dilation + 1
         extent_w = (int(attrs.pool_size[1]) - 1) * int(attrs.dilation[1]) + 1
-        right = max(right, (out[_ROWS + 1] - 1) * int(attrs.strides[1]) + extent_w - width - left)
+        overhang = max(right, (out[_ROWS + 1] - 1) * int(attrs.strides[1]) + extent_w - width
+                       - left)
+        average = call.op.name == "relax.nn.avg_pool2d"
+        counted = average and bool(attrs.count_include_pad)
         rows = tuple(even_bounds(out[_ROWS], len(layout.rows)))
+        bands = [_band_rows(b, e, stride, extent, top, height) for b, e in rows]
+        if counted and (overhang > right or bands[-1][1][1] > bottom):
+            return None
         n = len(layout.channels)
         parts = []
         for p, c in enumerate(layout.clusters):
-            (b, e), channels = rows[p // n], layout.channels[p % n]
-            read, (pad_top, pad_bottom) = _band_rows(b, e, stride, extent, top, height)
-            piece = self._tiled_region(layout, data.name, {_ROWS: read, _CHANNELS: channels}, c)
-            pool = relax.op.nn.max_pool2d(
-                piece, pool_size=attrs.pool_size, strides=attrs.strides,
-                padding=[pad_top, left, pad_bottom, right],
-                dilation=attrs.dilation, layout="NCHW")
+            read, (pad_top, pad_bottom) = bands[p // n]
+            piece = self._tiled_region(layout, data.name,
+                                       {_ROWS: read, _CHANNELS: layout.channels[p % n]}, c)
+            options = {"pool_size": attrs.pool_size, "strides": attrs.strides,
+                       "padding": [pad_top, left, pad_bottom, overhang],
+                       "dilation": attrs.dilation, "layout": "NCHW"}
+            pool = (relax.op.nn.avg_pool2d(piece, count_include_pad=counted, **options)
+                    if average else relax.op.nn.max_pool2d(piece, **options))
             parts.append(self.emit(pool, f"{var.name}_p{p}", c))
         return dataclasses.replace(layout, rows=rows, parts=tuple(parts))
 

@@ -79,6 +79,8 @@ that the plan does not split (a transposed or grouped conv, which no split strat
 no layout: DistributeTensors runs it whole, on one cluster."""
 
 _REDUCTION = re.compile(r"(mean|sum|max|min)\d*")
+_WINDOW_POOL = re.compile(r"(?<!adaptive_)(max|avg)_pool")
+"""A sliding-window pool (not a global one), which follows a tiled value tile by tile."""
 
 
 def reduces_tiles(op) -> bool:
@@ -864,7 +866,7 @@ class CostWalk:
             out = Layout("sharded", costs.prefix(out.group, out.by), "channels")
         if out is None or out.axis in self.broken[op_id] or (
                 out.kind == "tiled" and self.broken[op_id] & {"rows", "channels"}
-                and "max_pool" not in op.name):  # a max pool follows tiles with a halo
+                and not _WINDOW_POOL.search(op.name)):  # a pool follows tiles with a halo
             out, parts = home, 1
         else:
             parts = costs.groups[out.group].size

@@ -408,14 +408,17 @@ def test_a_max_pool_between_2d_splits_pools_each_tile_with_its_halo():
     assert max(n for n, _, _ in moved) <= 8 * 8 * 16 * 4
 
 
+@pytest.mark.parametrize("pool", ["max", "avg", "avg counting padding"])
 @pytest.mark.parametrize("ceil_mode", [False, True])
-def test_a_max_pool_in_ceil_mode_between_2d_splits_pools_each_tile_where_it_lies(ceil_mode):
-    """conv 8->16 (2-D) -> max pool 3x3 stride 2, no padding (SqueezeNet's: in ceil mode the
-    last window overhangs the input) -> conv 16->8 (2-D)."""
+def test_a_pool_between_2d_splits_pools_each_tile_where_it_lies(pool, ceil_mode):
+    """conv 8->16 (2-D) -> 3x3 pool, stride 2, no padding (SqueezeNet's max pools: in ceil
+    mode the last window overhangs the input; Inception's average pools) -> conv 16->8 (2-D).
+    An average that counts its padding is gathered where the overhang would count."""
     def block(bb, x):
         a = bb.emit(relax.op.nn.conv2d(x, const(16, 8, 3, 3), padding=[1, 1, 1, 1]))
-        p = bb.emit(relax.op.nn.max_pool2d(a, pool_size=[3, 3], strides=[2, 2],
-                                           ceil_mode=ceil_mode))
+        options = {"pool_size": [3, 3], "strides": [2, 2], "ceil_mode": ceil_mode}
+        p = bb.emit(relax.op.nn.max_pool2d(a, **options) if pool == "max" else
+                    relax.op.nn.avg_pool2d(a, count_include_pad=pool != "avg", **options))
         return relax.op.nn.conv2d(p, const(8, 16, 3, 3), padding=[1, 1, 1, 1])
 
     mod = module(block, (1, 8, 16, 16))
@@ -424,7 +427,10 @@ def test_a_max_pool_in_ceil_mode_between_2d_splits_pools_each_tile_where_it_lies
     reduced, clusters = split_and_check(mod, splits, (1, 8, 16, 16))
     bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
     where = {b.var: c for b, c in zip(bindings, clusters, strict=True)}
-    pools = [b for b in bindings if "max_pool2d" in b.value.args[0].name_hint]
+    pools = [b for b in bindings if "pool2d" in b.value.args[0].name_hint]
+    if ceil_mode and pool == "avg counting padding":
+        assert len(pools) == 1  # whole, its input gathered
+        return
     assert sorted(where[b.var] for b in pools) == [0, 1, 2, 3]
     # 16 rows pool to 7 (8 in ceil mode), in bands of 4 and 3 (4 and 4).
     assert sorted(int(b.var.ty.shape.values[2]) for b in pools) == (
