@@ -79,6 +79,7 @@ from tvm_chiplet.passes.split_operators import (
     anchor_bindings,
     check_split,
     conv2d_like,
+    conv2d_transpose_like,
     even_bounds,
     matmul_batch_operands,
     part_name,
@@ -88,6 +89,7 @@ from tvm_chiplet.targets.collectives import reduce_ring
 from tvm_chiplet.targets.topology import Topology
 
 _CONV2D = tvm.ir.Op.get("relax.nn.conv2d")
+_CONV2D_TRANSPOSE = tvm.ir.Op.get("relax.nn.conv2d_transpose")
 _MATMUL = tvm.ir.Op.get("relax.matmul")
 _PURE_PACKED = tvm.ir.Op.get("relax.call_pure_packed")
 
@@ -1203,7 +1205,9 @@ class _Distributor:
             return self._blocks(var, call, by, clusters)
         by = tiles_by(dim)
         conv = call.op.same_as(_CONV2D)
-        part = self._conv2d_part if conv else self._matmul_part
+        transposed = call.op.same_as(_CONV2D_TRANSPOSE)
+        part = (self._conv2d_part if conv else self._conv2d_transpose_part if transposed
+                else self._matmul_part)
         if by is not None:
             out = _shape(var)
             row_axis, channel_axis = (_ROWS, _CHANNELS) if conv else (len(out) - 2, len(out) - 1)
@@ -1224,7 +1228,7 @@ class _Distributor:
         if dim in REDUCTION_DIMS:
             return _Partial(tuple(parts), clusters)
         out = _shape(var)
-        if conv:
+        if conv or transposed:
             axis = {"batch": 0, "out_channels": 1, "rows": 2}[dim]
         else:
             b_shape = _shape(call.args[1])
@@ -1294,6 +1298,16 @@ class _Distributor:
             return total
 
         return max(orders, key=local)
+
+    def _conv2d_transpose_part(self, call: relax.Call, dim: str, b: int, e: int, c: int
+                               ) -> relax.Expr:
+        """Part ``[b, e)`` of ``dim`` (batch or output channels) of a transposed conv2d on
+        cluster ``c``."""
+        data, weight = call.args
+        if dim == "batch":
+            return conv2d_transpose_like(call, self.region(data, 0, b, e, c),
+                                         self.whole(weight, c))
+        return conv2d_transpose_like(call, self.whole(data, c), self.region(weight, 1, b, e, c))
 
     def _conv2d_part(self, call: relax.Call, dim: str, b: int, e: int, c: int,
                      channels: tuple[int, int] | None = None) -> relax.Expr:
@@ -1451,7 +1465,7 @@ def _anchor_size(call: relax.Call, dim: str) -> int:
     looked at)."""
     data, weight = (_shape(x) for x in call.args)
     out = _shape(call)
-    if call.op.same_as(_CONV2D):
+    if call.op.same_as(_CONV2D) or call.op.same_as(_CONV2D_TRANSPOSE):
         sizes = {"batch": lambda: out[0], "out_channels": lambda: out[1],
                  "in_channels": lambda: data[1], "rows": lambda: out[2]}
     else:

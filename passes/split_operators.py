@@ -22,6 +22,7 @@ from tvm_chiplet.passes.planners.placement import (
 from tvm_chiplet.passes.replicate_data_parallel import replica_batches
 
 _CONV2D = tvm.ir.Op.get("relax.nn.conv2d")
+_CONV2D_TRANSPOSE = tvm.ir.Op.get("relax.nn.conv2d_transpose")
 _MATMUL = tvm.ir.Op.get("relax.matmul")
 
 _SUMMED_DIMS = set(REDUCTION_DIMS)
@@ -42,7 +43,7 @@ class AnchorInfo:
     index : int
         Anchor number: position among the conv2d / matmul bindings of ``main``'s dataflow blocks.
     op : str
-        ``"conv2d"`` or ``"matmul"``.
+        ``"conv2d"``, ``"conv2d_transpose"`` or ``"matmul"``.
     dims : dict of str to int
         Each dimension that can be split at this anchor (a subset of ``SPLIT_DIMS[op]``, in that
         order) and its size, the largest legal ``parts``. Empty for unsupported layouts.
@@ -101,6 +102,19 @@ def _conv2d_dims(call: relax.Call) -> dict[str, int]:
     return {dim: size for dim, size in sizes.items() if size is not None}
 
 
+def _conv2d_transpose_dims(call: relax.Call) -> dict[str, int]:
+    """A transposed conv2d (a U-Net's upsampling) splits by its output channels (its weights,
+    IOHW, along axis 1) or its batch; not its rows, which overlapping windows would share."""
+    attrs = call.attrs
+    layouts = (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout))
+    data, weight, out = (static_shape(e) for e in (*call.args, call))
+    if (layouts != ("NCHW", "IOHW", "NCHW") or int(attrs.groups) != 1
+            or None in (data, weight, out)):
+        return {}
+    sizes = {"batch": data[0] if out[0] is not None else None, "out_channels": weight[1]}
+    return {dim: size for dim, size in sizes.items() if size is not None}
+
+
 def _conv2d_halo(call: relax.Call) -> tuple[int, int]:
     """(rows a row band reads beyond its share, input rows) of a conv2d (see
     :attr:`AnchorInfo.halo`)."""
@@ -153,6 +167,8 @@ def anchor_bindings(mod: tvm.IRModule) -> list[tuple[relax.VarBinding, AnchorInf
                 continue
             if call.op.same_as(_CONV2D):
                 op, dims = "conv2d", _conv2d_dims(call)
+            elif call.op.same_as(_CONV2D_TRANSPOSE):
+                op, dims = "conv2d_transpose", _conv2d_transpose_dims(call)
             elif call.op.same_as(_MATMUL):
                 op, dims = "matmul", _matmul_dims(call)
             else:
@@ -265,7 +281,8 @@ class _Splitter(PyExprMutator):
         dim, bounds = self.plan[binding.var]
         call = self.visit_expr(binding.value)
         name = binding.var.name
-        rewrite = _conv2d_parts if call.op.same_as(_CONV2D) else _matmul_parts
+        rewrite = (_conv2d_parts if call.op.same_as(_CONV2D) else _conv2d_transpose_parts
+                   if call.op.same_as(_CONV2D_TRANSPOSE) else _matmul_parts)
         parts, axis = rewrite(self, call, dim, bounds, name)
         if dim in _SUMMED_DIMS:
             combined = parts[0]
@@ -316,6 +333,39 @@ def conv2d_like(call: relax.Call, data: relax.Expr, weight: relax.Expr, **change
     }
     options.update(changes)
     return relax.op.nn.conv2d(data, weight, **options)
+
+
+def conv2d_transpose_like(call: relax.Call, data: relax.Expr, weight: relax.Expr
+                          ) -> relax.Expr:
+    """The transposed conv2d ``call`` on ``data`` and ``weight`` (a part's slices), with its
+    attributes."""
+    attrs = call.attrs
+    return relax.op.nn.conv2d_transpose(
+        data, weight, strides=[int(s) for s in attrs.strides],
+        padding=[int(p) for p in attrs.padding],
+        output_padding=[int(p) for p in attrs.output_padding],
+        dilation=[int(d) for d in attrs.dilation], groups=int(attrs.groups),
+        data_layout=str(attrs.data_layout), kernel_layout=str(attrs.kernel_layout),
+        out_layout=str(attrs.out_layout), out_dtype=attrs.out_dtype)
+
+
+def _conv2d_transpose_parts(splitter: _Splitter, call: relax.Call, dim: str,
+                            bounds: list[tuple[int, int]], name: str
+                            ) -> tuple[list[relax.Var], int]:
+    """The transposed conv2d of each part (its batch, or its output channels: weights along
+    axis 1), and the output axis they are concatenated along."""
+    data, weight = call.args
+    parts = []
+    for i, (begin, end) in enumerate(bounds):
+        if dim == "batch":
+            part_data, part_weight = splitter.slice_axis(data, 0, (begin, end),
+                                                         f"{name}_data{i}"), weight
+        else:
+            part_data, part_weight = data, splitter.slice_axis(weight, 1, (begin, end),
+                                                               f"{name}_weight{i}")
+        part = conv2d_transpose_like(call, part_data, part_weight)
+        parts.append(splitter.builder_.emit(part, part_name(name, dim, i)))
+    return parts, {"batch": 0, "out_channels": 1}[dim]
 
 
 def _conv2d_parts(splitter: _Splitter, call: relax.Call, dim: str,

@@ -17,6 +17,7 @@ class PlanningError(ValueError):
 
 SPLIT_DIMS = {
     "conv2d": ("out_channels", "in_channels", "rows", "batch"),
+    "conv2d_transpose": ("out_channels", "batch"),
     "matmul": ("cols", "reduction", "rows", "batch"),
 }
 """Split dimensions of each anchor kind, the weight-splitting one first."""

@@ -438,6 +438,31 @@ def test_a_pool_between_2d_splits_pools_each_tile_where_it_lies(pool, ceil_mode)
     assert max(n for n, _, _ in crossings(reduced, clusters)) <= 8 * 8 * 16 * 4
 
 
+@pytest.mark.parametrize("dim", ["out_channels", "batch"])
+def test_a_transposed_conv_is_split_and_the_next_conv_reads_its_parts(dim):
+    """conv 8->16 (rows) -> transposed conv 16->8, 2x2 at stride 2 (a U-Net's upsampling),
+    split -> conv 8->8 (rows): numerics unchanged, and each part of the transposed conv
+    computes its share where it runs."""
+    def block(bb, x):
+        a = bb.emit(relax.op.nn.relu(relax.op.nn.conv2d(x, const(16, 8, 3, 3),
+                                                        padding=[1, 1, 1, 1])))
+        u = bb.emit(relax.op.nn.conv2d_transpose(a, const(16, 8, 2, 2), strides=[2, 2]))
+        return relax.op.nn.conv2d(u, const(8, 8, 3, 3), padding=[1, 1, 1, 1])
+
+    shape = (2, 8, 6, 6)
+    mod = module(block, shape)
+    group = (0, 1, 2, 3) if dim == "out_channels" else (0, 1)
+    splits = [DistributedSplit(0, "rows", (0, 1, 2, 3)), DistributedSplit(1, dim, group),
+              DistributedSplit(2, "rows", (0, 1, 2, 3))]
+    reduced, clusters = split_and_check(mod, splits, shape)
+    bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
+    where = {b.var: c for b, c in zip(bindings, clusters, strict=True)}
+    parts = [b for b in bindings if "conv2d_transpose" in b.value.args[0].name_hint]
+    assert sorted(where[b.var] for b in parts) == list(group)
+    channels = 2 if dim == "out_channels" else 8
+    assert all(int(b.var.ty.shape.values[1]) == channels for b in parts)
+
+
 def fire(bb, x):
     """SqueezeNet's Fire module: squeeze 1x1 8->4, expand 1x1 and 3x3 4->8 each, their
     outputs concatenated along the channels, then a 1x1 conv 16->8."""

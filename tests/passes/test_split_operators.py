@@ -70,7 +70,8 @@ def _single_op_module(make_call, shapes: list[tuple[int, ...]], const: dict[int,
 
 def _check_split_matches(mod: tvm.IRModule, split: AnchorSplit, seed: int = 0) -> tvm.IRModule:
     after = SplitOperators([split])(mod)
-    op = {"conv2d": "relax.nn.conv2d", "matmul": "relax.matmul"}[find_anchors(mod)[0].op]
+    kind = find_anchors(mod)[0].op
+    op = "relax.matmul" if kind == "matmul" else f"relax.nn.{kind}"
     assert len(_calls(after, op)) == split.parts
     for call in _calls(after, "relax.strided_slice"):
         assert not isinstance(call.args[0], tvm.ir.expr.Constant)
@@ -98,7 +99,7 @@ def test_find_anchors_lists_convs_and_matmuls_with_their_legal_dims():
                 R.output(z)
             return z
 
-    assert list(SPLIT_DIMS) == ["conv2d", "matmul"]
+    assert list(SPLIT_DIMS) == ["conv2d", "conv2d_transpose", "matmul"]
     assert find_anchors(Mixed) == [
         # A row band of the 3x3 conv reads 2 of the 8 input rows beyond its share.
         AnchorInfo(0, "conv2d", {"batch": 2, "out_channels": 4, "in_channels": 3, "rows": 8},
@@ -356,6 +357,29 @@ def test_conv2d_split_matches_unsplit_with_weight_parameters(dim):
         [(2, 3, 8, 7), (5, 3, 3, 2)], {},
     )
     _check_split_matches(mod, AnchorSplit(0, dim, 2))
+
+
+@pytest.mark.parametrize("dim", SPLIT_DIMS["conv2d_transpose"])
+@pytest.mark.parametrize("options", [
+    {"strides": [2, 2]}, {"strides": [2, 2], "padding": [1, 1, 1, 1], "output_padding": [1, 1]}])
+def test_conv2d_transpose_split_matches_unsplit(dim, options):
+    """A U-Net's upsampling: split by its output channels (weights IOHW, along axis 1) or its
+    batch; a 2x2 kernel at stride 2, and a 3x3 one that overlaps its windows."""
+    kernel = 2 if "padding" not in options else 3
+    weight = np.random.default_rng(3).standard_normal((4, 5, kernel, kernel), dtype=np.float32)
+    mod = _single_op_module(lambda x, w: relax.op.nn.conv2d_transpose(x, w, **options),
+                            [(2, 4, 6, 6), (4, 5, kernel, kernel)], {1: weight})
+    assert find_anchors(mod)[0].dims == {"batch": 2, "out_channels": 5}
+    _check_split_matches(mod, AnchorSplit(0, dim, 2))
+
+
+def test_a_grouped_conv2d_transpose_is_an_anchor_that_cannot_be_split():
+    mod = _single_op_module(lambda x, w: relax.op.nn.conv2d_transpose(x, w, strides=2, groups=2),
+                            [(1, 4, 6, 6), (4, 3, 2, 2)], {})
+    info = find_anchors(mod)[0]
+    assert (info.op, info.dims) == ("conv2d_transpose", {})
+    with pytest.raises(PlanningError, match="cannot be split along 'out_channels'"):
+        SplitOperators([AnchorSplit(0, "out_channels", 2)])(mod)
 
 
 MATMUL_CASES = {
