@@ -4,7 +4,9 @@ Usage: ``python -m tvm_chiplet.tools.bench.strategies [--models ...] [--presets 
 [--strategies ...] [--batches 64] [--network flow] [--device-dtypes int8 fp32] [--quick]
 [--out DIR]``
 
-For each model (tools/models.py), preset and device precision: every strategy plans the reduced
+For each model (a name of tools/models.py, or an ONNX file: e.g. those
+``python -m tvm_chiplet.tools.bench.heldout_models`` writes), preset and device precision: every
+strategy plans the reduced
 op graph; its placement is simulated at batch 1 (latency, energy) and with ``--batches``
 pipelined inputs (throughput) with the shared cost model; both are compared with the physical
 lower bound. A placement that splits ops is first realised (DistributeTensors, ReduceGraph) and the
@@ -19,6 +21,8 @@ import itertools
 import os
 import sys
 import time
+
+import onnx
 
 from tvm_chiplet.build import compare_to_bound
 from tvm_chiplet.passes import ReduceGraph, ReplicateDataParallel
@@ -142,9 +146,26 @@ def bench_strategy(
 MAX_REPLICAS = 4  # replicas copy the weights: bounded to keep the benchmark in minutes
 
 
+def get_model(name: str, **options):
+    """A bundled model by name, or an ONNX file (a path ending in ``.onnx``)."""
+    if name.endswith(".onnx"):
+        if not os.path.isfile(name):
+            raise SystemExit(f"--models: no ONNX file {name!r}")
+        return onnx.load(name)
+    return models.get_model(name, **options)
+
+
+def model_label(name: str) -> str:
+    """How a model is named in the tables: an ONNX file by its stem."""
+    return os.path.splitext(os.path.basename(name))[0] if name.endswith(".onnx") else name
+
+
 def bench_data_parallel(model_name: str, options: dict, system, args) -> dict:
     """Data-parallel needs batch > 1: one input of ``k`` samples, k = clusters (at most 4),
     ``ceil(batches / k)`` such inputs streamed, throughput in samples per second."""
+    if model_name.endswith(".onnx"):
+        raise PlanningError("data-parallel rebuilds a bundled model with a batch of several "
+                            "samples; an ONNX file has its own batch")
     replicas = min(system.num_clusters, MAX_REPLICAS)
     model = models.get_model(model_name, batch=replicas, **options)
     graph = extract_op_graph(
@@ -194,7 +215,8 @@ def write_results(rows: list[dict], out: str, batches: int, network: str) -> Non
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=MODELS)
+    parser.add_argument("--models", nargs="+", default=MODELS,
+                        help="bundled model names or ONNX files")
     parser.add_argument("--presets", nargs="+", default=PRESETS,
                         help="presets or system TOML files (tools/bench/systems/ has 8x8 and "
                         "16x16 meshes of the mesh-4x4 kind)")
@@ -219,9 +241,10 @@ def main(argv: list[str] | None = None) -> int:
         for model_name in args.models:
             options = QUICK.get(model_name, {}) if args.quick else {}
             started = time.perf_counter()
-            mod = prepare_splits()(load_model(models.get_model(model_name, **options)))
+            mod = prepare_splits()(load_model(get_model(model_name, **options)))
             reduced = ReduceGraph()(mod)
-            print(f"[strategies] {model_name}: reduced in "
+            label = model_label(model_name)
+            print(f"[strategies] {label}: reduced in "
                   f"{time.perf_counter() - started:.1f} s", flush=True)
             for preset, dtype in itertools.product(args.presets, args.device_dtypes):
                 system = load_system(preset).with_device_dtype(dtype)
@@ -233,14 +256,14 @@ def main(argv: list[str] | None = None) -> int:
                         else:
                             row = bench_strategy(planner, problem, args.batches, args.network)
                     except PlanningError as err:
-                        print(f"[strategies] {model_name} {preset} {dtype} {strategy}: skipped "
+                        print(f"[strategies] {label} {preset} {dtype} {strategy}: skipped "
                               f"({err})")
                         continue
-                    rows.append({"model": model_name, "system": system.name,
+                    rows.append({"model": label, "system": system.name,
                                  "device_dtype": dtype, **row})
                     if strategy == LayerSequentialPlanner.name:
-                        mark_layer_sequential(rows, model_name, system.name, dtype)
-                    print(f"[strategies] {model_name} {preset} {dtype} {row['strategy']}: "
+                        mark_layer_sequential(rows, label, system.name, dtype)
+                    print(f"[strategies] {label} {preset} {dtype} {row['strategy']}: "
                           f"{row['throughput_per_s']:.1f} inf/s "
                           f"({row['time_vs_bound']:.2f}x bound time), "
                           f"latency {row['latency_ms']:.3f} ms, plan {row['plan_s']:.2f} s",
