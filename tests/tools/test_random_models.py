@@ -31,9 +31,10 @@ def test_random_transformers_match_onnxruntime(tmp_path, seed, strategy, preset,
 
 def test_large_random_cnns_are_split_in_two_dimensions(tmp_path):
     # Three slices of a 55x53 image, then a 64-channel 3x3 conv and a 128-channel 1x1 conv, on
-    # mesh-4x4: the convs are split over rows as well as channels, and still match
-    # onnxruntime.
+    # mesh-4x4: the convs are split over rows as well as channels (a row split and a channel
+    # split, or a 2-D split into row bands by channel slices), and still match onnxruntime.
     plan = compile_run_and_compare(tmp_path, random_cnn(4, large=True), "chiplet/mesh-4x4",
                                    "tensor-parallel")
     dims = set(plan["placement"]["notes"]["dims"])
-    assert "rows" in dims and dims & {"out_channels", "reduction"}
+    assert ("rows" in dims and dims & {"out_channels", "reduction"}) or any(
+        dim.startswith("tiles/") for dim in dims)
