@@ -378,6 +378,19 @@ def test_2d_splits_gather_each_band_among_its_clusters_and_halos_from_the_next_b
                         2: (6 * 8 + 16) * row, 3: (6 * 8 + 16) * row}
 
 
+def split_around_a_pool(mod):
+    """``mod`` (conv, pool, conv on a 1x8x16x16 input) with both convs cut into 2 row bands by
+    2 channel slices over clusters 0-3, checked against the unsplit module: the rewrite, the
+    cluster of each binding, where each binding runs, and the pool bindings."""
+    group = (0, 1, 2, 3)
+    splits = [DistributedSplit(0, "tiles/2", group), DistributedSplit(1, "tiles/2", group)]
+    reduced, clusters = split_and_check(mod, splits, (1, 8, 16, 16))
+    bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
+    where = {b.var: c for b, c in zip(bindings, clusters, strict=True)}
+    return reduced, clusters, where, [b for b in bindings
+                                      if "pool2d" in b.value.args[0].name_hint]
+
+
 def test_a_max_pool_between_2d_splits_pools_each_tile_with_its_halo():
     """conv 8->16 (2-D) -> max pool 3x3 stride 2 -> conv 16->8 (2-D), ResNet's stem."""
     bb = relax.BlockBuilder()
@@ -389,13 +402,7 @@ def test_a_max_pool_between_2d_splits_pools_each_tile_with_its_halo():
                                                padding=[1, 1, 1, 1]))
             out = bb.emit_output(relax.op.nn.conv2d(p, const(8, 16, 3, 3), padding=[1, 1, 1, 1]))
         bb.emit_func_output(out)
-    mod = bb.get()
-    group = (0, 1, 2, 3)
-    splits = [DistributedSplit(0, "tiles/2", group), DistributedSplit(1, "tiles/2", group)]
-    reduced, clusters = split_and_check(mod, splits, (1, 8, 16, 16))
-    bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
-    where = {b.var: c for b, c in zip(bindings, clusters, strict=True)}
-    pools = [b for b in bindings if "max_pool2d" in b.value.args[0].name_hint]
+    reduced, clusters, where, pools = split_around_a_pool(bb.get())
     # One pool per tile, where the tile lies: 4 of the 8 pooled rows, 8 of the 16 channels.
     assert sorted(where[b.var] for b in pools) == [0, 1, 2, 3]
     assert all([int(d) for d in b.var.ty.shape.values] == [1, 8, 4, 8] for b in pools)
@@ -421,13 +428,7 @@ def test_a_pool_between_2d_splits_pools_each_tile_where_it_lies(pool, ceil_mode)
                     relax.op.nn.avg_pool2d(a, count_include_pad=pool != "avg", **options))
         return relax.op.nn.conv2d(p, const(8, 16, 3, 3), padding=[1, 1, 1, 1])
 
-    mod = module(block, (1, 8, 16, 16))
-    group = (0, 1, 2, 3)
-    splits = [DistributedSplit(0, "tiles/2", group), DistributedSplit(1, "tiles/2", group)]
-    reduced, clusters = split_and_check(mod, splits, (1, 8, 16, 16))
-    bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
-    where = {b.var: c for b, c in zip(bindings, clusters, strict=True)}
-    pools = [b for b in bindings if "pool2d" in b.value.args[0].name_hint]
+    reduced, clusters, where, pools = split_around_a_pool(module(block, (1, 8, 16, 16)))
     if ceil_mode and pool == "avg counting padding":
         assert len(pools) == 1  # whole, its input gathered
         return
