@@ -731,12 +731,12 @@ class _Distributor:
         skip), without gathering them; None when no input is distributed, or when they lie
         in layouts it cannot join (the concat then runs whole on one cluster):
 
-        - inputs sharded along an axis the concat does not join (the rows of row splits):
-          one concat per part of the first sharded input, where it lies, reading the same
-          share of every input;
         - inputs sharded along the axis it joins (channels of output-channel splits), or tiled
           in the same row bands and joined along their channels: no op at all, the output's
-          parts are the inputs' parts, their spans shifted (a cluster may hold several)."""
+          parts are the inputs' parts, their spans shifted (a cluster may hold several);
+        - else one concat per part of the largest input split along another axis (the rows of
+          row splits; a tiled input re-cut along its rows), where it lies, reading the same
+          share of every input from wherever it lies."""
         fields = self.resolve(call.args[0])
         if isinstance(fields, relax.Var) and isinstance(self.layout.get(fields), _TupleOf):
             fields = relax.Tuple(self.layout[fields].fields)
@@ -769,19 +769,26 @@ class _Distributor:
                 channels += [(b + offset, e + offset) for b, e in lay.channels]
             return _Tiled(first.rows, tuple(channels), tuple(parts), tuple(clusters),
                           first.row_axis, first.channel_axis)
-        sharded = [lay for lay in layouts if isinstance(lay, _Sharded)]
-        if any(isinstance(lay, _Tiled) for lay in layouts) or not sharded:
-            return None
-        first = sharded[0]
-        if len(sharded) == len(layouts) and all(lay.axis == axis for lay in layouts):
+        if all(isinstance(lay, _Sharded) and lay.axis == axis for lay in layouts):
             bounds, parts, clusters = [], [], []
             for lay, offset in zip(layouts, offsets, strict=False):
                 bounds += [(b + offset, e + offset) for b, e in lay.bounds]
                 parts += lay.parts
                 clusters += lay.clusters
             return _Sharded(axis, tuple(bounds), tuple(parts), tuple(clusters))
-        if first.axis == axis or any(lay.axis != first.axis for lay in sharded):
+        # Else one concat per part of the largest input split along another axis (a tiled one
+        # re-cut along its rows), each reading the same share of every input wherever it lies:
+        # a U-Net's skip (row bands) joined to an upsampling split by channels exchanges
+        # shares, where gathering both whole on one cluster funnels every byte through it.
+        shares = []
+        for f, lay in zip(fields, layouts, strict=True):
+            if isinstance(lay, _Tiled) and lay.row_axis != axis:
+                lay = self._tile_rows(f, lay)
+            if isinstance(lay, _Sharded) and lay.axis != axis:
+                shares.append((-_nbytes(f), len(shares), lay))
+        if not shares:
             return None
+        first = min(shares)[2]
         parts = []
         for p, ((b, e), c) in enumerate(zip(first.bounds, first.clusters, strict=True)):
             pieces = [self.region(f, first.axis, b, e, c) for f in fields]

@@ -498,12 +498,23 @@ def test_a_concat_of_distributed_branches_is_not_gathered(dim):
     assert max(n for n, _, d in moved if d != 0) <= 8 * 12 * 12 * 4 // 4
 
 
-def test_a_concat_of_branches_in_different_layouts_is_gathered_with_numerics_unchanged():
+@pytest.mark.parametrize("second", ["tiles/2", "out_channels"])
+def test_a_concat_of_branches_in_different_layouts_joins_each_share_where_it_lies(second):
+    """One branch split by rows, the other by tiles or output channels (a U-Net's skip joined
+    to an upsampling): the concat runs once per row band of the row-split branch, on its
+    cluster, each reading its rows of the other branch from wherever they lie; nothing is
+    gathered whole (at most a band of both branches, 3 rows x 16 channels, crosses)."""
     mod = module(fire)
-    splits = [DistributedSplit(0, "rows", (0, 1)), DistributedSplit(1, "rows", (0, 1)),
-              DistributedSplit(2, "tiles/2", (0, 1, 2, 3)),
-              DistributedSplit(3, "out_channels", (0, 1))]
-    split_and_check(mod, splits, (1, 8, 12, 12))
+    splits = [DistributedSplit(0, "rows", (0, 1, 2, 3)), DistributedSplit(1, "rows", (0, 1, 2, 3)),
+              DistributedSplit(2, second, (0, 1, 2, 3)),
+              DistributedSplit(3, "out_channels", (0, 1, 2, 3))]
+    reduced, clusters = split_and_check(mod, splits, (1, 8, 12, 12))
+    bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
+    where = {b.var: c for b, c in zip(bindings, clusters, strict=True)}
+    joined = [b for b in bindings if "concatenate" in b.value.args[0].name_hint
+              and [int(d) for d in b.var.ty.shape.values][1:3] == [16, 3]]
+    assert sorted(where[b.var] for b in joined) == [0, 1, 2, 3]
+    assert max(n for n, _, d in crossings(reduced, clusters) if d != 0) <= 16 * 3 * 12 * 4
 
 
 def test_a_depthwise_conv_between_2d_splits_convolves_each_tile_where_it_lies():
