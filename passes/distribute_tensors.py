@@ -753,12 +753,9 @@ class _Distributor:
         axis = int(call.attrs.axis) % len(out)
         sizes = [_shape(f)[axis] for f in fields]
         offsets = np.concatenate([[0], np.cumsum(sizes)]).tolist()
-        if all(isinstance(lay, _Tiled) for lay in layouts):
-            first = layouts[0]
-            if axis != first.channel_axis or any(
-                    (lay.rows, lay.row_axis, lay.channel_axis)
-                    != (first.rows, first.row_axis, first.channel_axis) for lay in layouts):
-                return None
+        first = layouts[0]
+        if all(isinstance(lay, _Tiled) and axis == lay.channel_axis
+               and (lay.rows, lay.row_axis) == (first.rows, first.row_axis) for lay in layouts):
             channels, parts, clusters = [], [], []
             for i in range(len(first.rows)):
                 for lay in layouts:

@@ -517,6 +517,23 @@ def test_a_concat_of_branches_in_different_layouts_joins_each_share_where_it_lie
     assert max(n for n, _, d in crossings(reduced, clusters) if d != 0) <= 16 * 3 * 12 * 4
 
 
+def test_a_concat_of_branches_tiled_in_different_bands_joins_each_band_where_it_lies():
+    """Both branches cut into row bands by channel slices, 2 bands of the one and 4 of the
+    other: the concat runs per share of the first branch's rows (its tiles re-cut along the
+    rows inside each band), not gathered whole."""
+    mod = module(fire)
+    splits = [DistributedSplit(0, "rows", (0, 1, 2, 3)),
+              DistributedSplit(1, "tiles/2", (0, 1, 2, 3)),
+              DistributedSplit(2, "tiles/2", tuple(range(8))),
+              DistributedSplit(3, "out_channels", (0, 1, 2, 3))]
+    reduced, clusters = split_and_check(mod, splits, (1, 8, 12, 12))
+    bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
+    joined = [b for b in bindings if "concatenate" in b.value.args[0].name_hint
+              and int(b.var.ty.shape.values[1]) == 16 and int(b.var.ty.shape.values[2]) < 12]
+    assert len(joined) >= 2
+    assert max(n for n, _, d in crossings(reduced, clusters) if d != 0) < 16 * 12 * 12 * 4 // 2
+
+
 def test_a_depthwise_conv_between_2d_splits_convolves_each_tile_where_it_lies():
     """conv 8->16 (2-D) -> depthwise 3x3 (2-D) -> conv 16->8 (2-D): MobileNet's block."""
     def block(bb, x):
