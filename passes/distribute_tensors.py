@@ -653,8 +653,13 @@ class _Distributor:
         if out is None or None in out:
             return None
         if name in ELEMENTWISE_OPS:
-            source = next(a for a in tensors
-                          if isinstance(self.layout[a], (_Sharded, _Partial, _Tiled)))
+            # The first distributed operand whose layout the ops after it keep (a residual
+            # add of a stream split by channels and a block's output tiled by rows, before a
+            # layer norm: the rows), else the first distributed one.
+            spread = [a for a in tensors
+                      if isinstance(self.layout[a], (_Sharded, _Partial, _Tiled))]
+            source = next((a for a in spread if len(spread) > 1
+                           and self._stays_distributed(var, a, len(out))), spread[0])
             layout = self.layout[source]
             if (self._gather_is_cheaper(var, call, tensors)
                     and not self._stays_distributed(var, source, len(out))):

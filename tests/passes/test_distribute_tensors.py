@@ -704,6 +704,30 @@ def test_a_residual_stream_stays_sharded_along_the_rows_once_scattered():
     assert all(size < whole for size, _, _ in crossings(reduced, clusters))
 
 
+def test_a_residual_add_follows_the_operand_whose_layout_the_layer_norm_after_it_keeps():
+    """A residual stream split by columns plus a block's output tiled by rows, then a layer
+    norm over the columns (a ViT's stream, split by its patch conv's channels): the add follows
+    the tiles, so the norm runs on each band's rows, not whole on one cluster."""
+    def block(bb, x):
+        stream = bb.emit(relax.op.matmul(x, const(32, 32)))
+        out = bb.emit(relax.op.matmul(stream, const(32, 32)))
+        summed = bb.emit(relax.op.add(stream, out))
+        normed = bb.emit(relax.op.nn.layer_norm(summed, relax.const(np.ones(32, "float32")),
+                                                relax.const(np.zeros(32, "float32")), axes=[-1]))
+        return relax.op.matmul(normed, const(32, 8))
+
+    mod = module(block, (16, 32))
+    group = (0, 1, 2, 3)
+    splits = [DistributedSplit(0, "cols", group), DistributedSplit(1, "tiles/2", group),
+              DistributedSplit(2, "rows", group)]
+    reduced, clusters = split_and_check(mod, splits, (16, 32))
+    bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
+    where = {b.var: c for b, c in zip(bindings, clusters, strict=True)}
+    norms = [b for b in bindings if "layer_norm" in b.value.args[0].name_hint]
+    assert len({where[b.var] for b in norms}) > 1
+    assert all(int(b.var.ty.shape.values[0]) < 16 for b in norms)
+
+
 def test_each_cluster_sends_what_others_need_before_computing_its_own_part():
     mod = conv_chain()
     splits = [DistributedSplit(0, "rows", (0, 1, 2, 3)), DistributedSplit(1, "rows", (0, 1, 2, 3))]
