@@ -658,11 +658,13 @@ class _Distributor:
             # layer norm: the rows), else the first distributed one.
             spread = [a for a in tensors
                       if isinstance(self.layout[a], (_Sharded, _Partial, _Tiled))]
-            source = next((a for a in spread if len(spread) > 1
-                           and self._stays_distributed(var, a, len(out))), spread[0])
+            kept = next((a for a in spread if self._stays_distributed(var, a, len(out))),
+                        None) if len(spread) > 1 else None
+            source = spread[0] if kept is None else kept
             layout = self.layout[source]
-            if (self._gather_is_cheaper(var, call, tensors)
-                    and not self._stays_distributed(var, source, len(out))):
+            # Every operand was asked already when there are several: none is kept.
+            if self._gather_is_cheaper(var, call, tensors) and kept is None and (
+                    len(spread) > 1 or not self._stays_distributed(var, source, len(out))):
                 return None
             if isinstance(layout, _Tiled):
                 return self._follow_tiles(var, call, args, layout, source)

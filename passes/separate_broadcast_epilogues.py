@@ -9,6 +9,7 @@ import tvm
 from tvm import relax
 
 from tvm_chiplet.passes.attrs import CALL_TIR
+from tvm_chiplet.passes.split_operators import static_shape
 
 _OUT_EWISE_FUSABLE, _BROADCAST, _INJECTIVE = 4, 1, 2  # TVM's OpPatternKind values
 
@@ -57,11 +58,8 @@ def _pattern(mod: tvm.IRModule, call: relax.Call) -> tuple[tvm.ir.GlobalVar | No
 
 
 def _elements(expr: relax.Expr) -> int | None:
-    shape = getattr(expr.ty, "shape", None)
-    values = getattr(shape, "values", None)
-    if values is None or not all(isinstance(v, tvm.tirx.IntImm) for v in values):
-        return None
-    return math.prod(int(v) for v in values)
+    shape = static_shape(expr)
+    return None if shape is None or None in shape else math.prod(shape)
 
 
 def _growing_broadcasts(mod: tvm.IRModule, func: relax.Function) -> set[tvm.ir.GlobalVar]:
