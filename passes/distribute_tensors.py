@@ -639,8 +639,8 @@ class _Distributor:
             return self.home
         return max(held, key=lambda c: (held[c], c == self.home, -c))
 
-    def _follow(self, var: relax.Var, call: relax.Call) -> _Sharded | None:
-        """The layout of ``call`` when it can follow a sharded operand's layout, else None."""
+    def _follow(self, var: relax.Var, call: relax.Call) -> _Sharded | _Tiled | _Whole | None:
+        """The layout of ``call`` when it can follow a distributed operand's layout, else None."""
         name = call.op.name
         if name == "relax.concat":
             return self._follow_concat(var, call)
@@ -678,11 +678,24 @@ class _Distributor:
         if name == "relax.strided_slice":
             return self._follow_slice(var, call, args[0])
         tiled = self.layout.get(args[0])
+        if isinstance(tiled, _Sharded) and tiled.axis == _ROWS and len(_shape(args[0])) == 4:
+            # Row bands (a row split's output, a concat of such): pooled or reduced band by
+            # band, as a 2-D split's tiles of one channel slice.
+            tiled = _Tiled(tiled.bounds, ((0, _shape(args[0])[_CHANNELS]),), tiled.parts,
+                           tiled.clusters)
+            if name in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d"):
+                pooled = self._pool_tiles(var, call, args[0], tiled)
+                return None if pooled is None else _Sharded(_ROWS, pooled.rows, pooled.parts,
+                                                            pooled.clusters)
+            if _reduced_rows(call) is not None:
+                reduced = self._reduce_tiles(var, call, args[0], tiled)
+                return _Whole(reduced.parts[0], reduced.clusters[0])  # one channel slice
+            tiled = self.layout[args[0]]
         if isinstance(tiled, _Tiled) and tiled.nchw:
             if name in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d"):
-                return self._pool_tiles(var, call, args[0])
+                return self._pool_tiles(var, call, args[0], tiled)
             if _reduced_rows(call) is not None:
-                return self._reduce_tiles(var, call, args[0])
+                return self._reduce_tiles(var, call, args[0], tiled)
         if isinstance(tiled, _Tiled) and name != "relax.matmul":
             kept = self._follow_tile_axes(var, call, args, args[0])
             if kept is not None:
@@ -1008,16 +1021,16 @@ class _Distributor:
                                             tuple(clusters))
         return self._by_rows[value]
 
-    def _pool_tiles(self, var: relax.Var, call: relax.Call, data: relax.Var) -> _Tiled | None:
-        """A max or average pool (NCHW) of a tiled value, tile by tile: each part pools its
-        band of output rows from its band of input rows and the halo, in its channels, as a
-        row split's convolution reads them (padding rows only at the input's edges, as the
-        pool's own). In ceil mode, the last window's rows and columns past the input are
-        padding too: each part pools in floor mode with that much more padding, which a max
-        and an average without padding in its count ignore; an average counting its padding
-        is then not followed (gathered)."""
+    def _pool_tiles(self, var: relax.Var, call: relax.Call, data: relax.Var, layout: _Tiled
+                    ) -> _Tiled | None:
+        """A max or average pool (NCHW) of ``data`` tiled as ``layout``, tile by tile: each
+        part pools its band of output rows from its band of input rows and the halo, in its
+        channels, as a row split's convolution reads them (padding rows only at the input's
+        edges, as the pool's own). In ceil mode, the last window's rows and columns past the
+        input are padding too: each part pools in floor mode with that much more padding,
+        which a max and an average without padding in its count ignore; an average counting
+        its padding is then not followed (gathered)."""
         attrs = call.attrs
-        layout = self.layout[data]
         out, (height, width) = _shape(var), _shape(data)[_ROWS:]
         if str(attrs.layout) != "NCHW" or out[_ROWS] < len(layout.rows):
             return None
@@ -1047,12 +1060,12 @@ class _Distributor:
             parts.append(self.emit(pool, f"{var.name}_p{p}", c))
         return dataclasses.replace(layout, rows=rows, parts=tuple(parts))
 
-    def _reduce_tiles(self, var: relax.Var, call: relax.Call, data: relax.Var) -> _Sharded:
-        """A reduction over the rows but not the channels of a tiled value (a global average
-        pool): each part reduces its tile, and each channel slice's bands are combined on the
-        slice's member of the first band, so the value is sharded along the channels over
-        those members instead of gathered whole on one cluster."""
-        layout = self.layout[data]
+    def _reduce_tiles(self, var: relax.Var, call: relax.Call, data: relax.Var, layout: _Tiled
+                      ) -> _Sharded:
+        """A reduction over the rows but not the channels of ``data`` tiled as ``layout`` (a
+        global average pool): each part reduces its tile, and each channel slice's bands are
+        combined on the slice's member of the first band, so the value is sharded along the
+        channels over those members instead of gathered whole on one cluster."""
         shape = _shape(data)
         axes, keepdims, mean = _reduced_rows(call)
         reduce, combine = _TILE_REDUCES["relax.sum" if mean else call.op.name]

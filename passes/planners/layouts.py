@@ -70,11 +70,12 @@ AXIS_OF_DIM = {"out_channels": "channels", "cols": "channels", "in_channels": "c
 """The axis a split dimension shards its output along (output-channel, column splits), or the
 axis its input must be sharded along (input-channel, reduction splits: the channels)."""
 
-_BREAKS = (("layer_norm", "channels"), ("softmax", "channels"), ("pool", "rows"),
+_BREAKS = (("layer_norm", "channels"), ("softmax", "channels"), ("adaptive_avg_pool", "rows"),
            ("mean", "rows"), ("reshape", "rows"),
            *(("conv2d", axis) for axis in ("rows", "channels", "batch")))
 """(name fragment, axis): a fused op whose name holds the fragment cannot follow a value sharded
-along the axis (it normalises, reduces or reshapes across it), so its input is gathered. A conv2d
+along the axis (it normalises, reduces or reshapes across it), so its input is gathered (a
+sliding-window pool follows row bands with a halo, as it follows tiles). A conv2d
 that the plan does not split (a transposed or grouped conv, which no split strategy cuts) follows
 no layout: DistributeTensors runs it whole, on one cluster."""
 

@@ -439,6 +439,32 @@ def test_a_pool_between_2d_splits_pools_each_tile_where_it_lies(pool, ceil_mode)
     assert max(n for n, _, _ in crossings(reduced, clusters)) <= 8 * 8 * 16 * 4
 
 
+@pytest.mark.parametrize("pool", ["max", "avg"])
+def test_a_pool_between_row_splits_pools_each_band_with_its_halo(pool):
+    """conv 8->16 (rows) -> 3x3 pool, stride 1, padding 1 (an Inception branch's pool) ->
+    conv 16->8 (rows) -> global average pool: each band pools where it lies, reading one halo
+    row from each neighbour, where the pool ran whole on one cluster after a gather; the
+    global pool reduces each band where it lies and sums the bands."""
+    def block(bb, x):
+        a = bb.emit(relax.op.nn.conv2d(x, const(16, 8, 3, 3), padding=[1, 1, 1, 1]))
+        options = {"pool_size": [3, 3], "strides": [1, 1], "padding": [1, 1, 1, 1]}
+        p = bb.emit(relax.op.nn.max_pool2d(a, **options) if pool == "max" else
+                    relax.op.nn.avg_pool2d(a, count_include_pad=False, **options))
+        c = bb.emit(relax.op.nn.conv2d(p, const(8, 16, 3, 3), padding=[1, 1, 1, 1]))
+        return relax.op.nn.adaptive_avg_pool2d(c, output_size=[1, 1])
+
+    group = (0, 1, 2, 3)
+    splits = [DistributedSplit(0, "rows", group), DistributedSplit(1, "rows", group)]
+    reduced, clusters = split_and_check(module(block, (1, 8, 16, 16)), splits, (1, 8, 16, 16))
+    bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
+    where = {b.var: c for b, c in zip(bindings, clusters, strict=True)}
+    pools = [b for b in bindings if f"{pool}_pool2d" in b.value.args[0].name_hint]
+    assert sorted(where[b.var] for b in pools) == list(group)
+    assert all([int(d) for d in b.var.ty.shape.values] == [1, 16, 4, 16] for b in pools)
+    # Nothing larger than a band of the conv's output (4 rows) plus a halo row each side
+    # crosses: no cluster gathers the whole 16 rows.
+    assert max(n for n, _, _ in crossings(reduced, clusters)) <= 16 * 6 * 16 * 4
+
 @pytest.mark.parametrize("dim", ["out_channels", "batch"])
 def test_a_transposed_conv_is_split_and_the_next_conv_reads_its_parts(dim):
     """conv 8->16 (rows) -> transposed conv 16->8, 2x2 at stride 2 (a U-Net's upsampling),
