@@ -176,10 +176,34 @@ def test_the_plan_without_2d_splits_is_judged_beside_the_best_layouts_not_in_the
     base = problem(8, dims=dims)
     p = dataclasses.replace(base, realise=lambda placement: (base.graph, placement))
     notes = TensorParallelPlanner(batches=1).plan(p).notes
-    others = sorted((key for key in notes["estimated_cycles"] if key != "1 untiled"),
+    beside = {"1 untiled", "whole", "1 on a tile of 2"}  # judged beside the best two
+    others = sorted((key for key in notes["estimated_cycles"] if key not in beside),
                     key=notes["estimated_cycles"].get)
-    assert set(notes["simulated_cycles"]) == {*others[:2], "1 untiled"}
+    assert set(notes["simulated_cycles"]) == {*others[:2], *beside}
     assert "1" in others[:2]
+
+
+@pytest.mark.parametrize("bandwidth, kept", [(0.05, "1 on a tile of 2"), (0.01, "whole")])
+def test_for_one_input_the_model_whole_and_on_a_tile_are_judged_beside_the_grids_plan(
+        monkeypatch, bandwidth, kept):
+    # Links so slow that the grid's splits simulate slower than the model whole on one
+    # cluster, and an estimate that takes every redistribution as free (as it underrates
+    # small messages): the judge keeps the best plan on a quarter of the grid (2 of 8
+    # clusters), or at slower links still the model whole.
+    monkeypatch.setattr(LayoutCosts, "move", lambda self, src, want, nbytes: 0.0)
+    system = mesh_system(2, 4, bandwidth=bandwidth)
+    base = PlanningProblem(CHAIN, system, Topology(system), DIMS, simulator=simulate_workload)
+    p = dataclasses.replace(base, realise=lambda placement: (base.graph, placement))
+    placement = TensorParallelPlanner(batches=1).plan(p)
+    estimated, simulated = (placement.notes[k] for k in ("estimated_cycles", "simulated_cycles"))
+    assert {"1", "whole", "1 on a tile of 2"} <= set(simulated)
+    assert estimated["1"] < min(estimated["whole"], estimated["1 on a tile of 2"])
+    assert min(simulated, key=simulated.get) == kept
+    assert {c for s in placement.splits for c in s.clusters} == ({0, 1} if kept != "whole"
+                                                                  else set())
+    # For many inputs, copies of the model run whole: neither is judged.
+    many = TensorParallelPlanner(batches=8).plan(p).notes
+    assert not {"whole", "1 on a tile of 2"} & set(many["estimated_cycles"])
 
 
 @pytest.mark.parametrize("sram_bytes", [300_000, 2 * 2**20])
