@@ -1520,9 +1520,12 @@ def _aligned_bounds(shape: list[int], axis: int, parts: int, out: list[int]
                                tuple[int, tuple[tuple[int, int], ...]]] | None:
     """Bounds along ``axis`` of at most ``parts`` parts that a reshape of ``shape`` to ``out``
     can follow (each a block of whole rows of one output axis, as :func:`_reshape_bounds`
-    needs), and that output axis with the parts' bounds on it; None when no output axis is
-    made of whole rows of ``axis``."""
+    needs), and that output axis with the parts' bounds on it: of the output axes made of
+    whole rows of ``axis``, the one cut into the most parts (a group norm's [1, 32, H, W] ->
+    [1, 8, 4 * H * W] in 9 parts: 8 groups, not its batch of 1); None when there is none or it
+    is cut into one part."""
     before, inner = int(np.prod(shape[:axis])), int(np.prod(shape[axis + 1:]))
+    best = None
     for out_axis in range(len(out)):
         out_before, out_inner = int(np.prod(out[:out_axis])), int(np.prod(out[out_axis + 1:]))
         if out_before != before or out[out_axis] * out_inner != shape[axis] * inner:
@@ -1531,8 +1534,9 @@ def _aligned_bounds(shape: list[int], axis: int, parts: int, out: list[int]
             continue
         unit = out_inner // inner  # elements of ``axis`` per output row
         rows = even_bounds(out[out_axis], min(parts, out[out_axis]))
-        return (tuple((b * unit, e * unit) for b, e in rows), (out_axis, tuple(rows)))
-    return None
+        if len(rows) > 1 and (best is None or len(rows) > len(best[1][1])):
+            best = (tuple((b * unit, e * unit) for b, e in rows), (out_axis, tuple(rows)))
+    return best
 
 
 def _map_operands(value: relax.Expr, fetch) -> relax.Expr:

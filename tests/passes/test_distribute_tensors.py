@@ -439,6 +439,30 @@ def test_a_pool_between_2d_splits_pools_each_tile_where_it_lies(pool, ceil_mode)
     assert max(n for n, _, _ in crossings(reduced, clusters)) <= 8 * 8 * 16 * 4
 
 
+def test_a_group_norm_of_channel_parts_that_cut_through_its_groups_runs_on_whole_groups():
+    """conv 8->12 (out channels over 5 clusters: 3, 3, 2, 2, 2 channels) -> a group norm as
+    torch exports it (reshape to 3 groups of 4 channels, mean and variance over each group,
+    reshape back) -> conv 12->8 (out channels): the group norm runs on 3 parts of whole
+    groups, re-cut from the channel parts, where it ran on one part of the batch of 1."""
+    def block(bb, x):
+        a = bb.emit(relax.op.nn.conv2d(x, const(12, 8, 3, 3), padding=[1, 1, 1, 1]))
+        r = bb.emit(relax.op.reshape(a, [1, 3, 4 * 12 * 12]))
+        d = bb.emit(relax.op.subtract(r, relax.op.mean(r, axis=[2], keepdims=True)))
+        n = bb.emit(relax.op.divide(d, relax.op.sqrt(relax.op.add(
+            relax.op.variance(r, axis=[2], keepdims=True), relax.const(1e-5, "float32")))))
+        g = bb.emit(relax.op.reshape(n, [1, 12, 12, 12]))
+        return relax.op.nn.conv2d(g, const(8, 12, 3, 3), padding=[1, 1, 1, 1])
+
+    splits = [DistributedSplit(0, "out_channels", (0, 1, 2, 3, 4)),
+              DistributedSplit(1, "out_channels", (0, 1, 2, 3, 4))]
+    reduced, clusters = split_and_check(module(block), splits, (1, 8, 12, 12))
+    bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
+    where = {b.var: c for b, c in zip(bindings, clusters, strict=True)}
+    means = [b for b in bindings if "mean" in b.value.args[0].name_hint]
+    assert sorted(where[b.var] for b in means) == [0, 1, 2]
+    assert all([int(d) for d in b.var.ty.shape.values] == [1, 1, 1] for b in means)
+
+
 @pytest.mark.parametrize("pool", ["max", "avg"])
 def test_a_pool_between_row_splits_pools_each_band_with_its_halo(pool):
     """conv 8->16 (rows) -> 3x3 pool, stride 1, padding 1 (an Inception branch's pool) ->
