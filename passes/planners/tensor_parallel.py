@@ -233,13 +233,16 @@ class TensorParallelPlanner:
             # simulated, 21.7 k whole on one cluster): the plan on a part of the grid whose
             # estimate is best, and the model whole on the grid's first cluster, are judged
             # beside the grid's.
-            for space in smaller:
+            if smaller and collective_messages(found["1"]) <= ROWS_JUDGED_MESSAGES:
+                # The tile whose starting point is estimated fastest (a quarter on simba-6x6,
+                # where it is the only one); not on grids whose plans realise for minutes.
+                space = min(smaller, key=lambda space: space.estimate(space.start))
                 found[space.key] = self._search(problem, space)
             if found["1"].splits:
-                grid = next(space for space in spaces if space.key == "1")
+                on_grid = next(space for space in spaces if space.key == "1")
                 found[WHOLE] = dataclasses.replace(
                     found["1"], splits=(), notes={"split_ops": 0},
-                    objective_cycles=grid.estimate(dict.fromkeys(problem.split_dims)))
+                    objective_cycles=on_grid.estimate(dict.fromkeys(problem.split_dims)))
         tried = {key: cand.objective_cycles for key, cand in found.items()}
         judged = tried
         searched_notes = {"estimated_cycles": tried, "layouts_started": started}
@@ -288,13 +291,24 @@ class TensorParallelPlanner:
             judged = {}
             for key in close:
                 found[key], judged[key] = self._judge(problem, found[key])
-        best = found[min(judged, key=judged.get)]
-        notes = {**best.notes, "copies": best.copies, **searched_notes}
-        if judged is not tried:
-            notes["simulated_cycles"] = judged
-        best = dataclasses.replace(best, notes=notes)
+        order = sorted(judged, key=judged.get)
+
+        def noted(key: str) -> Placement:
+            notes = {**found[key].notes, "copies": found[key].copies, **searched_notes}
+            if judged is not tried:
+                notes["simulated_cycles"] = judged
+            return dataclasses.replace(found[key], notes=notes)
+
+        best = noted(order[0])
         if problem.simulator is not None and problem.realise is not None:
             best = self._in_rows(problem, best)
+            grid = next((key for key in order if key != WHOLE and not _on_tile(key)), None)
+            if (order[0] == WHOLE or _on_tile(order[0])) and grid is not None:
+                # The grid's best plan, judged in Z order, may simulate faster in rows.
+                rows = self._in_rows(problem, noted(grid))
+                if min(rows.notes.get("grid_order_simulated_cycles", {}).values(),
+                       default=math.inf) < judged[order[0]]:
+                    best = rows
             # Where the streamed weights live, judged on the realised module: the parts of a
             # layer stream at once, and interleaving them loads the links across the grid.
             best, _ = fastest_dram(problem, best, self.batches, as_built=True, nearest=True)
