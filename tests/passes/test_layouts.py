@@ -264,26 +264,24 @@ def test_a_residual_added_in_a_convs_epilogue_is_read_part_by_part_not_as_its_in
     assert into_conv2({})[0] == 0
 
 
-@pytest.mark.parametrize("dim, layout", [("tiles/4", Layout("tiled", 4, "tiles", 4)),
-                                         ("rows", Layout("sharded", 4, "rows"))])
 @pytest.mark.parametrize("name, follows", [
     ("max_pool2d", True), ("avg_pool2d1", True), ("adaptive_avg_pool2d", False),
     ("fused_conv2d_transpose", False)])
-def test_a_sliding_window_pool_between_splits_follows_their_bands(name, follows, dim, layout):
-    # conv (2-D or row split) -> op ``name`` -> conv (alike): a max or average pool
-    # (Inception's pool branch) pools each tile or row band where it lies, with its halo, as
-    # DistributeTensors does; a global pool (not a global reduction here: it writes as much as
-    # it reads) and an unsplit conv read the value whole.
+def test_a_sliding_window_pool_between_2d_splits_follows_the_tiles(name, follows):
+    # conv (2-D split) -> op ``name`` -> conv (2-D split): a max or average pool (Inception's
+    # pool branch) pools each tile where it lies, as DistributeTensors does; a global pool
+    # (not a global reduction here: it writes as much as it reads) and an unsplit conv read
+    # the value whole.
     graph = make_graph([(4e9, 400_000, 40_000), (1e5, 400_000, 0), (4e9, 400_000, 40_000)],
                        [(0, 1), (1, 2)])
     graph.ops[1] = dataclasses.replace(graph.ops[1], name=name)
     system = mesh_system(4, 4, bandwidth=32.0)
     c = LayoutCosts(PlanningProblem(graph, system, Topology(system), {0: DIMS[0], 2: DIMS[0]}))
-    choice = {0: (dim, 4), 2: (dim, 4)}
+    choice = {0: ("tiles/4", 4), 2: ("tiles/4", 4)}
     walk = CostWalk(c, choice)
     state = walk.start()
     walk.advance(state, choice)
-    assert (state.layout[1] == layout) == follows
+    assert (state.layout[1] == Layout("tiled", 4, "tiles", 4)) == follows
     assert (state.layout[1] == HOME) != follows
 
 
