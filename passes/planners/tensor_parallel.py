@@ -112,7 +112,10 @@ class TensorParallelPlanner:
     and simulate plans, the :data:`JUDGED` best estimated (within :data:`JUDGED_WITHIN` of the
     best, and realising to no more messages than the best) are simulated as built for
     ``batches`` inputs and the fastest is kept (``notes["simulated_cycles"]``); a plan realising
-    to more messages than the best estimate's is judged only up to :data:`JUDGED_MESSAGES`.
+    to more messages than the best estimate's is judged only up to :data:`JUDGED_MESSAGES`. For
+    one input, a plan on a tile of the grid (:data:`ON_TILE`) and the model :data:`WHOLE` on one
+    cluster are judged beside them; either is kept only if the grid's best plan is not faster
+    in the grid's rows either.
 
     When the problem can realise and simulate the plan, its splits over the whole grid are also
     judged with their clusters row by row instead of in Z order, and its 2-D splits over a group
@@ -273,8 +276,7 @@ class TensorParallelPlanner:
                 close.append(REPLICAS_POOLED)
             if WHOLE in tried:
                 close.append(WHOLE)
-            close += [min((key for key in tried if _on_tile(key)), key=tried.get)] if any(
-                map(_on_tile, tried)) else []
+            close += [key for key in tried if _on_tile(key)]  # one searched at most
             # The plan without 2-D splits is judged when its estimate is close to that of the
             # best plan with tiles alone (blocks splits' estimates err otherwise).
             flat = tried.get(UNBLOCKED, tried.get("1"))
@@ -411,7 +413,7 @@ class TensorParallelPlanner:
             if inputs == 1:
                 yield REPLICAS_POOLED, [None], None, False, 1, True, True, True
                 for count, tiles in tilings.items():
-                    if len(tiles[0]) >= 2 and math.log(count, 4).is_integer():
+                    if len(tiles[0]) >= 2 and count & (count - 1) == 0 and count.bit_length() % 2:
                         yield f"{ON_TILE}{len(tiles[0])}", [tiles[0]], None, False
         copied = []
         for copies, tiles in tilings.items():
@@ -711,8 +713,10 @@ them held whole, since which the device does depends on the plan."""
 
 ON_TILE = "1 on a tile of "
 """Key prefix of the layouts of one input on the first of ``4^k`` congruent tiles of the grid
-(a quarter, a sixteenth...; ``"1 on a tile of 9"`` on simba-6x6): searched beside the whole
-grid's for one input, the best estimate judged beside it with the model :data:`WHOLE`."""
+(a quarter, a sixteenth...; ``"1 on a tile of 9"`` on simba-6x6): the one whose starting point
+is estimated fastest is searched, and judged beside the grid's plan with the model
+:data:`WHOLE`, for one input where the grid's plan realises to at most
+:data:`ROWS_JUDGED_MESSAGES` messages."""
 
 WHOLE = "whole"
 """The model whole on the grid's first cluster, judged beside the grid's plan for one input."""
