@@ -206,19 +206,18 @@ def test_for_one_input_the_model_whole_and_on_a_tile_are_judged_beside_the_grids
     assert not {"whole", "1 on a tile of 2"} & set(many["estimated_cycles"])
 
 
-def test_a_plan_on_a_tile_is_kept_only_if_the_grids_plan_in_rows_is_not_faster(monkeypatch):
-    # The grid's plan, judged in Z order, is judged in the grid's rows too before a plan on a
-    # tile (judged faster than it in Z order) is kept: here its rows simulate in 1 cycle.
+def test_a_plan_on_a_tile_is_kept_only_if_the_grids_plan_finished_is_not_faster(monkeypatch):
+    # The grid's best plan, judged in Z order with its weights interleaved, is finished too
+    # (judged in the grid's rows, its weights placed as simulates fastest) before a plan on a
+    # tile judged faster than it is kept: here the finished grid's plan simulates in 1 cycle.
     monkeypatch.setattr(LayoutCosts, "move", lambda self, src, want, nbytes: 0.0)
     grid = set(range(8))
 
-    def in_rows(self, problem, placement):
-        if not any(set(s.clusters) == grid for s in placement.splits):
-            return placement
-        return dataclasses.replace(placement, notes={
-            **placement.notes, "grid_order_simulated_cycles": {"z": 9e9, "rows": 1.0}})
+    def fastest_dram(problem, placement, batches, as_built=False, nearest=False):
+        on_grid = any(set(s.clusters) == grid for s in placement.splits)
+        return placement, 1.0 if on_grid else 9e9
 
-    monkeypatch.setattr(TensorParallelPlanner, "_in_rows", in_rows)
+    monkeypatch.setattr(tensor_parallel, "fastest_dram", fastest_dram)
     system = mesh_system(2, 4, bandwidth=0.05)
     base = PlanningProblem(CHAIN, system, Topology(system), DIMS, simulator=simulate_workload)
     p = dataclasses.replace(base, realise=lambda placement: (base.graph, placement))
