@@ -919,9 +919,11 @@ class _Distributor:
             row_axis, channel_axis)
 
     def _reshape_tiles(self, var: relax.Var, data: relax.Var, layout: _Tiled) -> _Tiled | None:
-        """A reshape of a tiled value that keeps its rows and the axes between them and the
-        channels, and turns each channel slice into whole rows of one output axis (heads of 64
-        columns merged back into 768): each tile reshaped where it lies. When the slices cut
+        """A reshape of a tiled value that only inserts or removes unit axes (torch's
+        sequence-first ``[tokens, 1, 768]``: :meth:`_reshape_unit_axes`), or that keeps its rows
+        and the axes between them and the channels, and turns each channel slice into whole
+        rows of one output axis (heads of 64 columns merged back into 768): each tile reshaped
+        where it lies. When the slices cut
         through those rows (768 columns in slices of 24, read as 12 heads of 64), each band's
         slices are re-cut at whole rows (at most one group of rows per slice), each group on
         the member holding its first columns, fetching the rest from the next one or two
@@ -929,6 +931,10 @@ class _Distributor:
         rows, not on one cluster per head."""
         shape, out = _shape(data), _shape(var)
         row_axis, channel_axis = layout.row_axis, layout.channel_axis
+        kept = [a for a, size in enumerate(shape) if size != 1]
+        if [shape[a] for a in kept] == [size for size in out if size != 1]:
+            return self._reshape_unit_axes(var, layout, dict(zip(
+                kept, (a for a, size in enumerate(out) if size != 1), strict=True)))
         if not row_axis < channel_axis or out[:channel_axis] != shape[:channel_axis]:
             return None
         n = len(layout.channels)
@@ -961,6 +967,20 @@ class _Distributor:
                 clusters.append(c)
         return _Tiled(layout.rows, tuple(channels), tuple(parts), tuple(clusters), row_axis,
                       axis)
+
+    def _reshape_unit_axes(self, var: relax.Var, layout: _Tiled, place: dict[int, int]
+                           ) -> _Tiled:
+        """A reshape of ``layout`` that inserts or removes unit axes only, each tile reshaped
+        where it lies; ``place``: each axis of more than one element -> its output axis."""
+        rows, channels = place[layout.row_axis], place[layout.channel_axis]
+        parts = []
+        for p, (part, c) in enumerate(zip(layout.parts, layout.clusters, strict=True)):
+            part_shape = _shape(var)
+            for axis, (b, e) in layout.box(p).items():
+                part_shape[place[axis]] = e - b
+            parts.append(self.emit(relax.op.reshape(part, part_shape), f"{var.name}_p{p}", c))
+        return dataclasses.replace(layout, parts=tuple(parts), row_axis=rows,
+                                   channel_axis=channels)
 
     def _follow_tiled_matmul(self, var: relax.Var, call: relax.Call, args: list[relax.Expr],
                              left: relax.Var) -> _Tiled | None:

@@ -342,6 +342,33 @@ def test_2d_splits_of_matmuls_gather_each_band_among_its_clusters():
         (1024, 0, 1), (1024, 1, 0), (1024, 2, 3), (1024, 3, 2)]
 
 
+def test_2d_tiles_stay_put_through_torchs_unit_batch_axis():
+    """matmul 32->64 (2-D) -> reshape to [16, 1, 64] and a transpose to [1, 16, 64]
+    (torch's sequence-first attention layout, with its batch of 1) -> gelu -> reshape back ->
+    matmul 64->32 (2-D): each tile is reshaped, transposed and activated where it lies, as the
+    tiles of the second matmul's band read it; nothing is re-cut or gathered on the way."""
+    def block(bb, x):
+        h = bb.emit(relax.op.matmul(x, const(32, 64)))
+        t = bb.emit(relax.op.permute_dims(relax.op.reshape(h, [16, 1, 64]), [1, 0, 2]))
+        g = bb.emit(relax.op.reshape(relax.op.nn.gelu(t), [16, 64]))
+        return relax.op.matmul(g, const(64, 32))
+
+    group = (0, 1, 2, 3)  # two row bands (8 of 16 rows) of two column slices
+    splits = [DistributedSplit(0, "tiles/2", group), DistributedSplit(1, "tiles/2", group)]
+    reduced, clusters = split_and_check(module(block, (16, 32)), splits, (16, 32))
+    bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
+    where = {b.var: c for b, c in zip(bindings, clusters, strict=True)}
+    gelus = [b for b in bindings if "gelu" in b.value.args[0].name_hint]
+    assert sorted(where[b.var] for b in gelus) == list(group)
+    # Fused with the reshapes around it: each reads and writes its own 8 x 32 tile.
+    assert all([int(d) for d in b.var.ty.shape.values] == [8, 32] for b in gelus)
+    # As test_2d_splits_of_matmuls_gather_each_band_among_its_clusters: each part of the
+    # second matmul fetches the other slice of its band, cluster 0 the output's other tiles.
+    assert sorted(crossings(reduced, clusters)) == [
+        (512, 1, 0), (512, 2, 0), (512, 3, 0),
+        (1024, 0, 1), (1024, 1, 0), (1024, 2, 3), (1024, 3, 2)]
+
+
 def test_a_layer_norm_after_2d_splits_runs_on_each_clusters_rows_of_its_band():
     # The residual stream of two_residual_norms with 2-D splits: after each block's add, its
     # norm over the columns reads every column of a row, so each band's 8 rows are re-cut into
