@@ -101,14 +101,18 @@ class UpNet(nn.Module):
 
 
 @pytest.mark.parametrize("strategy", ["tensor-parallel", "layer-sequential"])
-def test_a_program_with_a_conv_transpose_splits_its_convs_and_matches_torch(strategy):
+def test_a_program_with_a_conv_transpose_is_split_or_judged_whole_and_matches_torch(strategy):
     torch.manual_seed(0)
     module, x = UpNet().eval(), torch.randn(1, 3, 32, 32)
     with torch.no_grad():
         expected = module(x).numpy()
     lib = tvm_chiplet.build(module, target="chiplet/mesh-4x4", example_inputs=(x,),
                             strategy=strategy)
-    assert lib.plan["placement"]["notes"]["splits"] >= 1
+    notes = lib.plan["placement"]["notes"]
+    if strategy == "layer-sequential":
+        assert notes["splits"] >= 1
+    else:  # its splits judged beside the model whole on one cluster, which is faster here
+        assert {"1", "whole"} <= set(notes["simulated_cycles"])
     np.testing.assert_allclose(lib.run({"x": x.numpy()}).outputs[0], expected, rtol=1e-4,
                                atol=1e-5)
 
