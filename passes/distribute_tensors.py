@@ -923,12 +923,11 @@ class _Distributor:
         sequence-first ``[tokens, 1, 768]``: :meth:`_reshape_unit_axes`), or that keeps its rows
         and the axes between them and the channels, and turns each channel slice into whole
         rows of one output axis (heads of 64 columns merged back into 768): each tile reshaped
-        where it lies. When the slices cut
-        through those rows (768 columns in slices of 24, read as 12 heads of 64), each band's
-        slices are re-cut at whole rows (at most one group of rows per slice), each group on
-        the member holding its first columns, fetching the rest from the next one or two
-        slices of its band: attention then runs on every band's members, its heads by its
-        rows, not on one cluster per head."""
+        where it lies. When the slices cut through those rows (768 columns in slices of 24,
+        read as 12 heads of 64), each band's slices are re-cut at whole rows (at most one group
+        of rows per slice), each group on the member holding its first columns, fetching the
+        rest from the next one or two slices of its band: attention then runs on every band's
+        members, its heads by its rows, not on one cluster per head."""
         shape, out = _shape(data), _shape(var)
         row_axis, channel_axis = layout.row_axis, layout.channel_axis
         kept = [a for a, size in enumerate(shape) if size != 1]

@@ -114,8 +114,8 @@ class TensorParallelPlanner:
     ``batches`` inputs and the fastest is kept (``notes["simulated_cycles"]``); a plan realising
     to more messages than the best estimate's is judged only up to :data:`JUDGED_MESSAGES`. For
     one input, a plan on a tile of the grid (:data:`ON_TILE`) and the model :data:`WHOLE` on one
-    cluster are judged beside them; either is kept only if the grid's best plan is not faster
-    in the grid's rows either.
+    cluster are judged beside them; either is kept only if the grid's best plan, finished alike
+    (in its grid orders, its weights placed), is not faster.
 
     When the problem can realise and simulate the plan, its splits over the whole grid are also
     judged with their clusters row by row instead of in Z order, and its 2-D splits over a group
@@ -306,10 +306,9 @@ class TensorParallelPlanner:
             finalists = [self._in_rows(problem, best)]
             grid = next((key for key in order if key != WHOLE and not _on_tile(key)), None)
             if (order[0] == WHOLE or _on_tile(order[0])) and grid is not None:
-                # The grid's best plan, judged in Z order with its weights interleaved or in
-                # the nearest controller, may simulate faster in rows and with its weights
-                # placed otherwise (a ViT-Tiny-sized net on simba-6x6: 12.40x the bound on
-                # the grid, 12.86x on a tile judged faster than the grid before both).
+                # The grid's best plan was judged in Z order with its weights interleaved or
+                # in the nearest controller; finished alike (in rows, its weights placed as
+                # simulates fastest) it may beat the plan judged faster than it.
                 finalists.append(self._in_rows(problem, noted(grid)))
             # Where the streamed weights live, judged on the realised module: the parts of a
             # layer stream at once, and interleaving them loads the links across the grid.
