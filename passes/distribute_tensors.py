@@ -681,16 +681,15 @@ class _Distributor:
         if isinstance(tiled, _Sharded) and tiled.axis == _ROWS and len(_shape(args[0])) == 4:
             # Row bands (a row split's output, a concat of such): pooled or reduced band by
             # band, as a 2-D split's tiles of one channel slice.
-            tiled = _Tiled(tiled.bounds, ((0, _shape(args[0])[_CHANNELS]),), tiled.parts,
+            bands = _Tiled(tiled.bounds, ((0, _shape(args[0])[_CHANNELS]),), tiled.parts,
                            tiled.clusters)
             if name in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d"):
-                pooled = self._pool_tiles(var, call, args[0], tiled)
+                pooled = self._pool_tiles(var, call, args[0], bands)
                 return None if pooled is None else _Sharded(_ROWS, pooled.rows, pooled.parts,
                                                             pooled.clusters)
             if _reduced_rows(call) is not None:
-                reduced = self._reduce_tiles(var, call, args[0], tiled)
+                reduced = self._reduce_tiles(var, call, args[0], bands)
                 return _Whole(reduced.parts[0], reduced.clusters[0])  # one channel slice
-            tiled = self.layout[args[0]]
         if isinstance(tiled, _Tiled) and tiled.nchw:
             if name in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d"):
                 return self._pool_tiles(var, call, args[0], tiled)

@@ -233,9 +233,8 @@ class TensorParallelPlanner:
         if judge and "1" in found and self.batches == 1:
             # The estimate takes small messages to cost less than they simulate (a small
             # Inception-style net on simba-6x6: 14.1 k cycles estimated on 32 clusters, 23.5 k
-            # simulated, 21.7 k whole on one cluster): the plan on a part of the grid whose
-            # estimate is best, and the model whole on the grid's first cluster, are judged
-            # beside the grid's.
+            # simulated, 21.7 k whole on one cluster): a plan on a part of the grid, and the
+            # model whole on the grid's first cluster, are judged beside the grid's.
             if smaller and collective_messages(found["1"]) <= ROWS_JUDGED_MESSAGES:
                 # The tile whose starting point is estimated fastest (a quarter on simba-6x6,
                 # where it is the only one); not on grids whose plans realise for minutes.
@@ -254,14 +253,14 @@ class TensorParallelPlanner:
             return dataclasses.replace(best, notes={
                 **best.notes, "copies": best.copies, **searched_notes,
                 "above_cutoff": self.cutoff})
-        if problem.simulator is not None and problem.realise is not None and len(found) > 1:
+        if judge and len(found) > 1:
             # The estimate is rough (no contention beyond a collective's own messages, DRAM as
             # one pool): the best few are realised and simulated as built. (Simulated before
             # realisation, split ops are costed through one hub, which misjudges these plans.)
             # Estimates with replicas pooled err differently: judged beside the grid's plan,
             # they set neither the bar nor the size of the plans judged.
             alike = {key: cycles for key, cycles in tried.items()
-                     if key not in (REPLICAS_POOLED, WHOLE) and not _on_tile(key)}
+                     if key != REPLICAS_POOLED and not _off_grid(key)}
             close, fastest = [], min(alike.values())
             ranked = sorted((key for key in alike if key not in (UNTILED, UNBLOCKED)),
                             key=tried.get)
@@ -274,9 +273,7 @@ class TensorParallelPlanner:
                 close.append(UNBLOCKED)
             if "1" in close and REPLICAS_POOLED in tried:
                 close.append(REPLICAS_POOLED)
-            if WHOLE in tried:
-                close.append(WHOLE)
-            close += [key for key in tried if _on_tile(key)]  # one searched at most
+            close += [key for key in tried if _off_grid(key)]  # one tile searched at most
             # The plan without 2-D splits is judged when its estimate is close to that of the
             # best plan with tiles alone (blocks splits' estimates err otherwise).
             flat = tried.get(UNBLOCKED, tried.get("1"))
@@ -288,7 +285,7 @@ class TensorParallelPlanner:
             # plan is realised anyway: another is judged only if it realises no larger, or
             # small enough to realise in seconds.
             budget = max(collective_messages(found[min(alike, key=alike.get)]), JUDGED_MESSAGES)
-            close = [key for key in close if key == REPLICAS_POOLED or _on_tile(key)
+            close = [key for key in close if key == REPLICAS_POOLED or _off_grid(key)
                      or collective_messages(found[key]) <= budget]
             judged = {}
             for key in close:
@@ -302,10 +299,10 @@ class TensorParallelPlanner:
             return dataclasses.replace(found[key], notes=notes)
 
         best = noted(order[0])
-        if problem.simulator is not None and problem.realise is not None:
+        if judge:
             finalists = [self._in_rows(problem, best)]
-            grid = next((key for key in order if key != WHOLE and not _on_tile(key)), None)
-            if (order[0] == WHOLE or _on_tile(order[0])) and grid is not None:
+            grid = next((key for key in order if not _off_grid(key)), None)
+            if _off_grid(order[0]) and grid is not None:
                 # The grid's best plan was judged in Z order with its weights interleaved or
                 # in the nearest controller; finished alike (in rows, its weights placed as
                 # simulates fastest) it may beat the plan judged faster than it.
@@ -314,7 +311,7 @@ class TensorParallelPlanner:
             # layer stream at once, and interleaving them loads the links across the grid.
             best, _ = min((fastest_dram(problem, finalist, self.batches, as_built=True,
                                         nearest=True) for finalist in finalists),
-                          key=lambda found: found[1])
+                          key=lambda finished: finished[1])
             if self.batches > 1:
                 best, _ = fastest_microbatch(problem, best, self.batches,
                                              cost=lambda sim: sim.total_cycles)
@@ -725,6 +722,11 @@ WHOLE = "whole"
 
 def _on_tile(key: str) -> bool:
     return key.startswith(ON_TILE)
+
+
+def _off_grid(key: str) -> bool:
+    """Whether layout ``key`` is one input on a tile or the model :data:`WHOLE`."""
+    return key == WHOLE or _on_tile(key)
 
 
 BLOCK_ASPECT = 4
