@@ -232,7 +232,7 @@ class TensorParallelPlanner:
         judge = problem.simulator is not None and problem.realise is not None
         if judge and "1" in found and self.batches == 1:
             # The estimate takes small messages to cost less than they simulate (a small
-            # Inception-style net on simba-6x6: 14.1 k cycles estimated on 32 clusters, 23.5 k
+            # Inception-style net on simba-6x6: 2.9 k cycles estimated on 32 clusters, 23.5 k
             # simulated, 21.7 k whole on one cluster): a plan on a part of the grid, and the
             # model whole on the grid's first cluster, are judged beside the grid's.
             if smaller and collective_messages(found["1"]) <= ROWS_JUDGED_MESSAGES:
