@@ -370,10 +370,11 @@ def test_2d_tiles_stay_put_through_torchs_unit_batch_axis():
 
 
 def test_a_layer_norm_after_2d_splits_runs_on_each_clusters_rows_of_its_band():
-    # The residual stream of two_residual_norms with 2-D splits: after each block's add, its
-    # norm over the columns reads every column of a row, so each band's 8 rows are re-cut into
-    # 4 rows per cluster of the band (an exchange inside the band), and the next 2-D split
-    # gathers its band from those; nothing whole-size crosses after the first norm.
+    # The residual stream of two_residual_norms with 2-D splits: the first norm runs in the
+    # first split's two row bands, each on its band's first member; after each block's add,
+    # its norm over the columns reads every column of a row, so each band's 8 rows are re-cut
+    # into 4 rows per cluster of the band (an exchange inside the band), and the next 2-D
+    # split gathers its band from those; nothing whole-size crosses.
     mod = two_residual_norms()
     group = (0, 1, 2, 3)
     splits = [DistributedSplit(0, "tiles/2", group), DistributedSplit(1, "tiles/2", group)]
@@ -383,8 +384,9 @@ def test_a_layer_norm_after_2d_splits_runs_on_each_clusters_rows_of_its_band():
              for b, c in zip(bindings, clusters, strict=True)
              if isinstance(b.value, relax.Call) and b.value.args
              and "layer_norm" in getattr(b.value.args[0], "name_hint", "")]
-    first, *after = sorted(norms, key=lambda n: n[1][0], reverse=True)
-    assert first == (0, [16, 32])
+    first = sorted(n for n in norms if n[1][0] == 8)
+    assert first == [(0, [8, 32]), (2, [8, 32])]
+    after = [n for n in norms if n[1][0] != 8]
     assert sorted(after) == sorted((c, [4, 32]) for c in group for _ in range(2))
     band = 8 * 32 * 4
     assert all(size <= band for size, _, _ in crossings(reduced, clusters))
@@ -875,3 +877,48 @@ def test_taking_the_query_key_and_value_out_of_one_projection_keeps_the_rows_spl
     assert all([int(d) for d in b.var.ty.shape.values] == [4, 32] for b in takes)
     # Nothing crosses but the sum's rows, gathered home as the model's output.
     assert {d for _, _, d in crossings(reduced, clusters)} == {0}
+
+
+def embedded_block():
+    """Token ids -> embedding lookup + position embeddings -> layer norm -> a matmul (anchor 0)
+    -> residual add of its output and the norm's -> layer norm -> a matmul (anchor 1): a
+    transformer's embeddings and first layer, in brief."""
+    bb = relax.BlockBuilder()
+    ids = relax.Var("ids", relax.TensorType((1, 16), "int64"))
+    ones, zeros = relax.const(np.ones(32, "float32")), relax.const(np.zeros(32, "float32"))
+    with bb.function("main", [ids]):
+        with bb.dataflow():
+            tokens = bb.emit(relax.op.take(const(50, 32), ids, axis=0))
+            embedded = bb.emit(relax.op.nn.layer_norm(
+                relax.op.add(tokens, const(1, 16, 32)), ones, zeros, axes=[-1]))
+            layer = bb.emit(relax.op.matmul(embedded, const(32, 32)))
+            normed = bb.emit(relax.op.nn.layer_norm(relax.op.add(embedded, layer), ones, zeros,
+                                                    axes=[-1]))
+            out = bb.emit_output(relax.op.matmul(normed, const(32, 8)))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+@pytest.mark.parametrize("first, takes", [
+    ("tiles/2", [(0, 8), (2, 8)]),  # bands of 8 tokens on each band's first member
+    ("rows", [(0, 4), (1, 4), (2, 4), (3, 4)]),
+    ("cols", [(0, 16)]),  # the matmul reads every row on every part: one whole lookup
+])
+def test_token_ids_are_looked_up_in_the_row_bands_of_the_first_split_matmul(first, takes):
+    """The lookup and the norm before the first layer run band by band where its row split
+    reads them, not whole on one cluster that scatters the result; the residual add after
+    the layer then follows the layer's output in its parts, not the norm's bands."""
+    mod = embedded_block()
+    group = (0, 1, 2, 3)
+    splits = [DistributedSplit(0, first, group), DistributedSplit(1, "rows", group)]
+    reduced, clusters = distribute_and_reduce(mod, splits, home=0)
+    ids = RNG.integers(0, 50, size=(1, 16)).astype("int64")
+    np.testing.assert_allclose(run(reduced, [ids]), run(mod, [ids]), rtol=1e-4, atol=1e-4)
+    bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
+    where = {b.var: c for b, c in zip(bindings, clusters, strict=True)}
+    looked_up = sorted((where[b.var], int(b.var.ty.shape.values[1])) for b in bindings
+                       if "take" in b.value.args[0].name_hint)
+    assert looked_up == takes
+    if first == "tiles/2":
+        norms = [b for b in bindings if "layer_norm" in b.value.args[0].name_hint]
+        assert {where[b.var] for b in norms[2:]} == set(group)  # the second norm, per cluster
