@@ -922,3 +922,30 @@ def test_token_ids_are_looked_up_in_the_row_bands_of_the_first_split_matmul(firs
     if first == "tiles/2":
         norms = [b for b in bindings if "layer_norm" in b.value.args[0].name_hint]
         assert {where[b.var] for b in norms[2:]} == set(group)  # the second norm, per cluster
+
+
+@pytest.mark.parametrize("dim, group, rows", [
+    ("rows", (0, 1, 2, 3), [2, 1, 2, 1]),
+    ("tiles/2", tuple(range(8)), [2, 2, 1, 1, 2, 2, 1, 1]),  # 4 bands of 2 channel slices
+])
+def test_a_strided_conv_after_a_row_split_takes_the_rows_its_clusters_hold(dim, group, rows):
+    """12 rows in 4 bands of 3, then a stride-2 conv of 6 rows over the same clusters: even
+    bounds (2, 2, 1, 1) would have band 1 read input rows 3 to 7, two of them from band 2;
+    each band takes the output rows centred on its own input rows instead (2, 1, 2, 1), so
+    only single halo rows cross between the parts of row splits."""
+    def block(bb, x):
+        a = bb.emit(relax.op.nn.relu(relax.op.nn.conv2d(x, const(16, 8, 3, 3),
+                                                        padding=[1, 1, 1, 1])))
+        return relax.op.nn.conv2d(a, const(8, 16, 3, 3), strides=[2, 2], padding=[1, 1, 1, 1])
+
+    splits = [DistributedSplit(0, dim, group), DistributedSplit(1, dim, group)]
+    reduced, clusters = split_and_check(module(block), splits, (1, 8, 12, 12))
+    bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
+    second = sorted((c, int(b.var.ty.shape.values[2]))
+                    for b, c in zip(bindings, clusters, strict=True)
+                    if "conv2d" in b.value.args[0].name_hint
+                    and int(b.var.ty.shape.values[3]) == 6)  # the strided conv's width
+    assert second == list(enumerate(rows))
+    if dim == "rows":
+        row = 16 * 12 * 4  # one row of the relu's output
+        assert max(size for size, _, _ in crossings(reduced, clusters)) <= row
