@@ -1155,7 +1155,8 @@ class _Distributor:
                        - left)
         average = call.op.name == "relax.nn.avg_pool2d"
         counted = average and bool(attrs.count_include_pad)
-        rows = tuple(even_bounds(out[_ROWS], len(layout.rows)))
+        rows = _centred_rows(layout.rows, out[_ROWS], stride, top, extent, height) or tuple(
+            even_bounds(out[_ROWS], len(layout.rows)))
         bands = [_band_rows(b, e, stride, extent, top, height) for b, e in rows]
         if counted and (overhang > right or bands[-1][1][1] > bottom):
             return None
@@ -1399,20 +1400,9 @@ class _Distributor:
         if len(spans) != len(bands) or any(set(h) != set(b) for h, b in zip(holders, bands,
                                                                              strict=True)):
             return None
-        starts, _ = _edges(spans)
-        if starts is None:
-            return None
-        top = int(call.attrs.padding[0])
-        stride, dilation = int(call.attrs.strides[0]), int(call.attrs.dilation[0])
-        centre = (_shape(call.args[1])[2] - 1) * dilation // 2
-        height = _shape(data)[2]
-        owner = [bisect.bisect_right(starts, min(max(o * stride - top + centre, 0), height - 1))
-                 - 1 for o in range(_shape(call)[2])]
-        counts = np.bincount(owner, minlength=len(bands))
-        if len(counts) != len(bands) or not counts.all():
-            return None
-        ends = np.cumsum(counts)
-        return tuple((int(e - n), int(e)) for e, n in zip(ends, counts, strict=True))
+        extent = (_shape(call.args[1])[2] - 1) * int(call.attrs.dilation[0]) + 1
+        return _centred_rows(spans, _shape(call)[_ROWS], int(call.attrs.strides[0]),
+                             int(call.attrs.padding[0]), extent, _shape(data)[_ROWS])
 
     def _blocks(self, var: relax.Var, call: relax.Call, by: int, clusters: tuple[int, ...]
                 ) -> _Sharded:
@@ -1617,6 +1607,25 @@ def _slice_spec(call: relax.Call, rank: int) -> dict[int, tuple[int, int, int]] 
             return None
         spec[axis] = (b, max(b, e), s)
     return spec
+
+
+def _centred_rows(spans: tuple[tuple[int, int], ...], rows: int, stride: int, top: int,
+                  extent: int, height: int) -> tuple[tuple[int, int], ...] | None:
+    """Bounds of ``rows`` output rows of a window op (a conv or pool: ``stride``, ``top``
+    padding rows, windows ``extent`` rows tall over ``height`` input rows) whose input lies in
+    row bands ``spans``: each output row in the band holding the input row at its window's
+    centre. None when the spans do not ascend or a band would get no row."""
+    starts, _ = _edges(spans)
+    if starts is None:
+        return None
+    centre = (extent - 1) // 2
+    owner = [bisect.bisect_right(starts, min(max(o * stride - top + centre, 0), height - 1)) - 1
+             for o in range(rows)]
+    counts = np.bincount(owner, minlength=len(spans))
+    if len(counts) != len(spans) or not counts.all():
+        return None
+    ends = np.cumsum(counts)
+    return tuple((int(e - n), int(e)) for e, n in zip(ends, counts, strict=True))
 
 
 def _band_rows(b: int, e: int, stride: int, extent: int, top: int, height: int

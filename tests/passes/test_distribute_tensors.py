@@ -949,3 +949,20 @@ def test_a_strided_conv_after_a_row_split_takes_the_rows_its_clusters_hold(dim, 
     if dim == "rows":
         row = 16 * 12 * 4  # one row of the relu's output
         assert max(size for size, _, _ in crossings(reduced, clusters)) <= row
+
+
+def test_a_strided_pool_of_row_bands_takes_the_rows_each_band_holds():
+    """As the strided conv above: a 3x3 max pool (stride 2) of 12 rows in 4 bands of 3 pools
+    the output rows centred on each band's own rows (2, 1, 2, 1), not even bounds."""
+    def block(bb, x):
+        a = bb.emit(relax.op.nn.conv2d(x, const(16, 8, 3, 3), padding=[1, 1, 1, 1]))
+        return relax.op.nn.max_pool2d(a, pool_size=[3, 3], strides=[2, 2], padding=[1, 1, 1, 1])
+
+    group = (0, 1, 2, 3)
+    reduced, clusters = split_and_check(module(block), [DistributedSplit(0, "rows", group)],
+                                        (1, 8, 12, 12))
+    bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
+    pooled = sorted((c, int(b.var.ty.shape.values[2]))
+                    for b, c in zip(bindings, clusters, strict=True)
+                    if "pool" in b.value.args[0].name_hint)
+    assert pooled == [(0, 2), (1, 1), (2, 2), (3, 1)]
