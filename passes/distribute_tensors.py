@@ -35,6 +35,11 @@ remote values (a gather's concat, a ring reduce-scatter's slice-and-add step) ar
 calls that need none: a ``k``-way all-gather is ``k`` bindings, not ``k^2`` markers. Each becomes
 its kernel afterwards.
 
+A model input that leads through such ops to the rows of a split matmul (token ids, through
+an embedding lookup and its layer norm) is cut into that matmul's row bands
+(:meth:`_Distributor.shard_inputs`). A conv or pool split into row bands over the clusters that
+hold its input's row bands takes the output rows centred on each band's own (:func:`_centred_rows`).
+
 A matmul of two activations (attention's scores and context) follows a sharded operand on a
 batch axis (the heads: both operands are cut alike, so every head stays local), the left's rows
 or the right's columns, or a left operand tiled by its rows and heads (each tile fetching its
