@@ -582,15 +582,19 @@ class _Distributor:
                 return axis
         return preferred
 
+    def _op_users(self, var: relax.Var):
+        """``(binding, call)`` of each binding that reads ``var`` in a call of an op."""
+        for user in self.users.get(var, ()):
+            call = user.value
+            if isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op):
+                yield user, call
+
     def _kept(self, var: relax.Var, axis: int, rank: int, depth: int) -> bool:
         """Whether every consumer of ``var`` (sharded along ``axis``) can follow that layout,
         through chains of elementwise ops up to ``depth`` deep."""
         if depth == 0:
             return True
-        for user in self.users.get(var, ()):
-            call = user.value
-            if not (isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op)):
-                continue
+        for user, call in self._op_users(var):
             if user.var in self.splits or call.op.name == "relax.matmul":
                 continue  # anchors cut what they read; activation matmuls follow or gather
             out = static_shape(user.var)
@@ -641,10 +645,7 @@ class _Distributor:
         op on the way reads it along another axis (its rows there are not the matmul's)."""
         if depth == 0:
             return None
-        for user in self.users.get(var, ()):
-            call = user.value
-            if not (isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op)):
-                continue
+        for user, call in self._op_users(var):
             out = static_shape(user.var)
             if out is None or None in out:
                 return None
