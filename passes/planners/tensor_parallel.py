@@ -324,9 +324,10 @@ class TensorParallelPlanner:
         2-D splits over a group that is no rectangle (Z order's 32 of a 6x6 grid) over the whole
         grid in rows, a band per grid row. The estimate does not tell the orders apart
         (ResNet-50 batch 1 on simba-6x6: 343.9 k cycles in Z order, 328.4 k in rows, 310.1 k
-        with its stage-2 tiles of 2x2 clusters on 32 in rows of 6 on 36). Only where the grid
-        is whole, the plan one stage without copies (whose splits keep to their tiles), and it
-        realises in seconds (:data:`ROWS_JUDGED_MESSAGES`)."""
+        with its stage-2 tiles of 2x2 clusters on 32 in rows of 6 on 36). The plan with its 1-D
+        splits in snake order (:func:`_snaked`) is judged beside them, and so is the fastest's.
+        Only where the grid is whole, the plan one stage without copies (whose splits keep to
+        their tiles), and it realises in seconds (:data:`ROWS_JUDGED_MESSAGES`)."""
         rows = row_order(problem.topology)
         if (rows is None or placement.copies > 1 or len(set(placement.op_stage)) > 1
                 or collective_messages(placement) > ROWS_JUDGED_MESSAGES):
@@ -351,12 +352,22 @@ class TensorParallelPlanner:
         for name, splits in variants.items():
             if splits not in (c.splits for c in candidates.values()):
                 candidates[name] = dataclasses.replace(placement, splits=splits)
+        snaked = _snaked(problem, placement)
+        if snaked.splits != placement.splits:
+            candidates["z, 1-D splits in snake order"] = snaked
         if len(candidates) == 1:
             return placement
         cycles = {name: float(simulate_placement(problem, candidate, self.batches,
                                                  as_built=True).total_cycles)
                   for name, candidate in candidates.items()}
         pick = min(cycles, key=cycles.get)
+        snaked = _snaked(problem, candidates[pick])
+        if snaked.splits not in (c.splits for c in candidates.values()):
+            name = f"{pick}, 1-D splits in snake order"
+            cycles[name] = float(simulate_placement(problem, snaked, self.batches,
+                                                    as_built=True).total_cycles)
+            if cycles[name] < cycles[pick]:
+                pick, candidates[name] = name, snaked
         return dataclasses.replace(candidates[pick], notes={
             **placement.notes, "grid_order_simulated_cycles": cycles, "grid_order": pick})
 
@@ -621,6 +632,23 @@ def _families(items: list, pooled) -> list[list]:
     order; an empty family is left out."""
     return [family for flag in (False, True)
             if (family := [item for item in items if bool(pooled(item)) == flag])]
+
+
+def _snaked(problem: PlanningProblem, placement: Placement) -> Placement:
+    """``placement`` with each 1-D split listing its clusters in the topology's snake order
+    (:meth:`~tvm_chiplet.targets.topology.Topology.cluster_order`), so that consecutive parts
+    (a row split's halo exchanges) are neighbours where the group allows; 2-D and blocks
+    splits keep their order. MobileNetV2 int8 batch 1 on simba-6x6, its row splits over 32
+    clusters in Z order: 47.9 k cycles, 45.6 k in snake order."""
+    snake = {c: i for i, c in enumerate(problem.topology.cluster_order())}
+
+    def snaked(split: OpSplit) -> OpSplit:
+        if tiles_by(split.dim) is not None or blocks_by(split.dim) is not None:
+            return split
+        return dataclasses.replace(split, clusters=tuple(sorted(
+            split.clusters, key=lambda c: snake.get(c, len(snake)))))
+
+    return dataclasses.replace(placement, splits=tuple(map(snaked, placement.splits)))
 
 
 def snake_tiles(problem: PlanningProblem, tiles: list[list[int]]) -> list[list[int]]:

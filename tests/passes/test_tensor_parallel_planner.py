@@ -288,6 +288,30 @@ def test_a_2d_split_over_a_group_that_is_no_rectangle_is_judged_over_the_grid_in
     assert TensorParallelPlanner(batches=1)._in_rows(p, staged) is staged
 
 
+def test_1d_splits_are_judged_with_their_clusters_in_snake_order():
+    # A 3x3 grid: Z order's first 8 clusters run 0, 1, 3, 4, 2, 5, 6, 7, so a row split over
+    # them has parts 1 and 3, 4 and 2 two hops apart. The plan is also judged with the split's
+    # clusters in snake order (0, 1, 2, 5, 4, 3, 6, 7), consecutive parts neighbours.
+    system = mesh_system(3, 3, bandwidth=64.0)
+    base = PlanningProblem(CHAIN, system, Topology(system), DIMS, simulator=simulate_workload)
+    p = dataclasses.replace(base, realise=lambda placement: (base.graph, placement))
+    eight = LayoutCosts(p).groups[-2].members
+    snake = [c for c in p.topology.cluster_order() if c in eight]
+    assert list(eight) != snake
+    placement = Placement("manual", (0,) * 4, (0,) * 4, (0,),
+                          splits=(OpSplit(0, "rows", eight),))
+    kept = TensorParallelPlanner(batches=1)._in_rows(p, placement)
+    cycles = kept.notes["grid_order_simulated_cycles"]
+    assert set(cycles) == {"z", "z, 1-D splits in snake order"}
+    assert cycles[kept.notes["grid_order"]] == min(cycles.values())
+    assert kept.splits[0].clusters == (tuple(snake) if "snake" in kept.notes["grid_order"]
+                                       else eight)
+    # A 2-D split keeps its order: nothing else to judge.
+    tiled = dataclasses.replace(placement, splits=(OpSplit(0, "tiles/2", eight),))
+    assert "snake" not in " ".join(
+        TensorParallelPlanner(batches=1)._in_rows(p, tiled).notes["grid_order_simulated_cycles"])
+
+
 def test_a_plan_with_blocks_splits_is_judged_beside_the_best_plan_without_them():
     base = channel_heavy()
     p = dataclasses.replace(base, realise=lambda placement: (base.graph, placement))
