@@ -655,7 +655,7 @@ class _Distributor:
             if name in ELEMENTWISE_OPS:
                 followed = axis + len(out) - rank
             elif name == "relax.take" and self.resolve(call.args[1]).same_as(var):
-                followed = int(call.attrs.axis or 0) % len(_shape(call.args[0])) + axis
+                followed = _looked_up_axis(call, axis)
             elif self.resolve(call.args[0]).same_as(var):
                 followed = self._followed_axis(call, axis, rank)
             else:
@@ -775,7 +775,7 @@ class _Distributor:
             # A lookup of sharded indices in a whole table (an embedding's token ids): each
             # part looks up its share of the indices.
             layout = self.layout[indices]
-            axis = int(call.attrs.axis or 0) % len(_shape(args[0])) + layout.axis
+            axis = _looked_up_axis(call, layout.axis)
             return self._parts(var, call, args, axis, layout.bounds, layout, lambda a, b, e, c: (
                 self.region(a, layout.axis, b, e, c) if a.same_as(indices) else self.whole(a, c)))
         tiled = self.layout.get(args[0])
@@ -1613,6 +1613,13 @@ def _slice_spec(call: relax.Call, rank: int) -> dict[int, tuple[int, int, int]] 
             return None
         spec[axis] = (b, max(b, e), s)
     return spec
+
+
+def _looked_up_axis(call: relax.Call, axis: int) -> int:
+    """The output axis of a ``take`` that axis ``axis`` of its indices becomes: the indices'
+    axes replace the table's taken axis (all of them for a flattened table)."""
+    table = _shape(call.args[0])
+    return (0 if call.attrs.axis is None else int(call.attrs.axis) % len(table)) + axis
 
 
 def _centred_rows(spans: tuple[tuple[int, int], ...], rows: int, stride: int, top: int,
