@@ -288,6 +288,29 @@ def test_a_2d_split_over_a_group_that_is_no_rectangle_is_judged_over_the_grid_in
     assert TensorParallelPlanner(batches=1)._in_rows(p, staged) is staged
 
 
+def test_2d_splits_over_the_whole_grid_are_judged_with_their_bands_on_sub_meshes():
+    # A 4x4 grid: a 2-D split into 4 bands of 4 is judged with a band per grid row and with
+    # its bands on the grid's 2x2 squares, each square's members row by row (the members
+    # holding one output-channel slice at the same place in every square).
+    system = mesh_system(4, 4, bandwidth=64.0)
+    base = PlanningProblem(CHAIN, system, Topology(system), DIMS, simulator=simulate_workload)
+    p = dataclasses.replace(base, realise=lambda placement: (base.graph, placement))
+    rows = tuple(row_order(p.topology))
+    placement = Placement("manual", (0,) * 4, (0,) * 4, (0,),
+                          splits=(OpSplit(0, "tiles/4", rows),))
+    kept = TensorParallelPlanner(batches=1)._in_rows(p, placement)
+    cycles = kept.notes["grid_order_simulated_cycles"]
+    assert set(cycles) == {"z", "rows, 2-D splits in sub-meshes"}  # z: already in rows
+    assert cycles[kept.notes["grid_order"]] == min(cycles.values())
+    squares = tuple(rows[i] for corner in (0, 2, 8, 10) for i in (corner, corner + 1,
+                                                                   corner + 4, corner + 5))
+    assert kept.splits[0].clusters == (squares if "sub-meshes" in kept.notes["grid_order"]
+                                       else rows)
+    # 2 bands of 8: the squarest rectangles are two grid rows each, the order it has.
+    halves = dataclasses.replace(placement, splits=(OpSplit(0, "tiles/8", rows),))
+    assert "grid_order" not in TensorParallelPlanner(batches=1)._in_rows(p, halves).notes
+
+
 def test_1d_splits_are_judged_with_their_clusters_in_snake_order():
     # A 3x3 grid: Z order's first 8 clusters run 0, 1, 3, 4, 2, 5, 6, 7, so a row split over
     # them has parts 1 and 3, 4 and 2 two hops apart. The plan is also judged with the split's
