@@ -252,13 +252,14 @@ class _Distributor:
     """Rebuild ``main`` binding by binding, each new binding on one cluster."""
 
     def __init__(self, splits: dict[relax.Var, tuple[str, tuple[int, ...]]],
-                 placed: dict[relax.Var, int], home: int, topology: Topology | None = None
-                 ) -> None:
+                 placed: dict[relax.Var, int], home: int, topology: Topology | None = None,
+                 centred_rows: bool = True) -> None:
         self.bb = relax.BlockBuilder()
         self.splits = splits
         self.placed = placed
         self.home = home
         self.topology = topology
+        self.centred_rows = centred_rows
         self._rings: dict[tuple[int, ...], tuple[int, ...] | None] = {}
         self.layout: dict[relax.Var, object] = {}
         self.alias: dict[relax.Var, relax.Expr] = {}  # a tuple's field read by TupleGetItem
@@ -1161,8 +1162,9 @@ class _Distributor:
                        - left)
         average = call.op.name == "relax.nn.avg_pool2d"
         counted = average and bool(attrs.count_include_pad)
-        rows = _centred_rows(layout.rows, out[_ROWS], stride, top, extent, height) or tuple(
-            even_bounds(out[_ROWS], len(layout.rows)))
+        centred = self.centred_rows and _centred_rows(layout.rows, out[_ROWS], stride, top,
+                                                      extent, height)
+        rows = centred or tuple(even_bounds(out[_ROWS], len(layout.rows)))
         bands = [_band_rows(b, e, stride, extent, top, height) for b, e in rows]
         if counted and (overhang > right or bands[-1][1][1] > bottom):
             return None
@@ -1392,7 +1394,10 @@ class _Distributor:
         the halo from its neighbours. Even bounds (larger parts first) drift from the input's
         after a stride: MobileNetV2 int8 on simba-6x6 split 112 rows into 32 parts, then 56,
         and part 20 of the 56 read the input rows of parts 21 and 22. None when the input
-        lies otherwise, or when a band would get no row."""
+        lies otherwise, when a band would get no row, or when the placement bounds rows evenly
+        (:attr:`~.planners.placement.Placement.even_rows`)."""
+        if not self.centred_rows:
+            return None
         data = self.resolve(call.args[0])
         layout = self.layout.get(data) if isinstance(data, relax.Var) else None
         if isinstance(layout, _Sharded) and layout.axis == _ROWS:
@@ -1731,7 +1736,7 @@ def _map_operands(value: relax.Expr, fetch) -> relax.Expr:
 
 def distribute(mod: tvm.IRModule, splits: Sequence[DistributedSplit],
                placed: dict[relax.Var, int] | None = None, home: int = 0,
-               topology: Topology | None = None
+               topology: Topology | None = None, centred_rows: bool = True
                ) -> tuple[tvm.IRModule, dict[relax.Var, int]]:
     """Rewrite ``main`` of the high-level ``mod`` with ``splits`` kept distributed.
 
@@ -1740,14 +1745,17 @@ def distribute(mod: tvm.IRModule, splits: Sequence[DistributedSplit],
     ``DecomposeOpsForInference``) that run whole; other unsplit ops that do not follow a
     distributed operand run where most of their operand bytes are (``home`` on ties).
     ``topology``: the system's, on which reduce-scatters go around a ring where that is
-    cheaper (without it, every part sums the slices sent to it directly).
+    cheaper (without it, every part sums the slices sent to it directly). ``centred_rows``: a
+    conv or pool whose input lies in row bands on its own clusters takes each output row in
+    the band holding its window's centre (see :attr:`~.planners.placement.Placement.even_rows`);
+    False bounds its bands evenly.
     """
-    return _distribute(prepare_for_splits(mod), splits, placed, home, topology)
+    return _distribute(prepare_for_splits(mod), splits, placed, home, topology, centred_rows)
 
 
 def _distribute(mod: tvm.IRModule, splits: Sequence[DistributedSplit],
                 placed: dict[relax.Var, int] | None, home: int,
-                topology: Topology | None = None
+                topology: Topology | None = None, centred_rows: bool = True
                 ) -> tuple[tvm.IRModule, dict[relax.Var, int]]:
     """:func:`distribute` on a module :func:`prepare_for_splits` returned."""
     anchors = anchor_bindings(mod)
@@ -1767,7 +1775,7 @@ def _distribute(mod: tvm.IRModule, splits: Sequence[DistributedSplit],
             "DistributeTensors needs 'main' as one dataflow block (as from_onnx makes it), "
             f"got {len(blocks)} block(s)"
         )
-    dist = _Distributor(plan, placed or {}, home, topology)
+    dist = _Distributor(plan, placed or {}, home, topology, centred_rows)
     for binding in blocks[0].bindings:
         for var in relax.analysis.free_vars(binding.value):
             dist.users.setdefault(var, []).append(binding)
@@ -2003,14 +2011,14 @@ def planned_clusters(mod: tvm.IRModule, op_cluster: Sequence[int],
 def distribute_and_reduce(mod: tvm.IRModule, splits: Sequence[DistributedSplit],
                           op_cluster: Sequence[int] | None = None, home: int = 0,
                           target: str | tvm.target.Target = "llvm",
-                          topology: Topology | None = None
+                          topology: Topology | None = None, centred_rows: bool = True
                           ) -> tuple[tvm.IRModule, list[int]]:
     """:func:`distribute`, then ReduceGraph: the reduced module and the cluster of each binding
     of its ``main``. ``op_cluster`` places the ops of ``ReduceGraph(mod)`` that run whole (see
     :func:`planned_clusters`); a binding FuseOps made anew runs where its first producer runs."""
     mod = prepare_for_splits(mod)
     placed = planned_clusters(mod, op_cluster, target) if op_cluster is not None else {}
-    distributed, cluster_of = _distribute(mod, splits, placed, home, topology)
+    distributed, cluster_of = _distribute(mod, splits, placed, home, topology, centred_rows)
     reduced = ReduceGraph(target)(distributed)
     # FuseOps binds a fused group to a new Var; every group reads a value of its own cluster
     # or a boundary marker, which runs on the reading cluster. Vars are keyed by their node

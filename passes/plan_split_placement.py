@@ -118,7 +118,7 @@ class SplitRealiser:
         self._lock = threading.Lock()
 
     def _realised(self, placement: Placement) -> tuple[tvm.IRModule, OpGraph, tuple[int, ...]]:
-        key = (placement.op_cluster, placement.splits)
+        key = (placement.op_cluster, placement.splits, placement.even_rows)
         with self._lock:  # TE legalization keeps global state: one realisation at a time
             if key not in self._cache:
                 self._cache[key] = self._realise(placement)
@@ -129,7 +129,8 @@ class SplitRealiser:
         splits = [DistributedSplit(index[s.op_id], s.dim, s.clusters) for s in placement.splits]
         home = Counter(placement.op_cluster).most_common(1)[0][0] if placement.op_cluster else 0
         reduced, op_cluster = distribute_and_reduce(self.mod, splits, placement.op_cluster, home,
-                                                    self.target, self.topology)
+                                                    self.target, self.topology,
+                                                    centred_rows=not placement.even_rows)
         graph = extract_op_graph(reduced, self.device_dtype, self.partial_width)
         return reduced, graph, tuple(op_cluster)
 
@@ -160,6 +161,7 @@ def _realised_placement(placement: Placement, op_cluster: tuple[int, ...]) -> Pl
         sram_loans=placement.sram_loans,
         weight_pool=placement.weight_pool,
         microbatch=placement.microbatch,
+        even_rows=placement.even_rows,
     )
 
 

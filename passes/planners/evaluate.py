@@ -136,7 +136,8 @@ def placement_key(placement: Placement) -> tuple:
     """What of ``placement`` its workload depends on (not its notes, strategy or objective)."""
     return (placement.op_cluster, placement.op_stage, placement.stage_clusters,
             placement.splits, placement.dram_policy, placement.dram_shares, placement.replicas,
-            placement.sram_loans, placement.weight_pool, placement.microbatch)
+            placement.sram_loans, placement.weight_pool, placement.microbatch,
+            placement.even_rows)
 
 
 def placement_workload(problem: PlanningProblem, placement: Placement,

@@ -230,6 +230,11 @@ class Placement:
         Inputs every op runs back to back per fetch of its streamed weights (batching; see
         :func:`~tvm_chiplet.targets.workload.microbatch_items`): 1 runs inputs one by one.
         The microbatch's activations take SRAM from the weights each cluster keeps resident.
+    even_rows : bool
+        How DistributeTensors bounds the row bands of a conv or pool whose input lies in row
+        bands on the same clusters: False centres each output row on the band holding its
+        window's centre (each band reads its own rows and halos), True splits them evenly, as
+        every other row split.
     """
 
     strategy: str
@@ -245,6 +250,7 @@ class Placement:
     sram_loans: tuple[tuple[int, int, int], ...] = ()
     weight_pool: bool = False
     microbatch: int = 1
+    even_rows: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.microbatch, bool) or not isinstance(self.microbatch, int) \
@@ -369,6 +375,7 @@ class Placement:
             "sram_loans": [list(loan) for loan in self.sram_loans],
             "weight_pool": self.weight_pool,
             "microbatch": self.microbatch,
+            "even_rows": self.even_rows,
         }
 
     @classmethod
@@ -391,4 +398,5 @@ class Placement:
             sram_loans=tuple(tuple(int(v) for v in loan) for loan in data.get("sram_loans", [])),
             weight_pool=bool(data.get("weight_pool", False)),
             microbatch=int(data.get("microbatch", 1)),
+            even_rows=bool(data.get("even_rows", False)),
         )

@@ -89,10 +89,11 @@ def check_numerics(mod, reduced, shape):
     np.testing.assert_allclose(run(reduced, [x]), run(mod, [x]), rtol=1e-4, atol=1e-4)
 
 
-def split_and_check(mod, splits, shape):
-    """``mod`` distributed by ``splits`` (home cluster 0) and checked against the unsplit
-    module on an input of ``shape``: the rewrite and the cluster of each of its bindings."""
-    reduced, clusters = distribute_and_reduce(mod, splits, home=0)
+def split_and_check(mod, splits, shape, **options):
+    """``mod`` distributed by ``splits`` (home cluster 0, ``options`` to
+    :func:`distribute_and_reduce`) and checked against the unsplit module on an input of
+    ``shape``: the rewrite and the cluster of each of its bindings."""
+    reduced, clusters = distribute_and_reduce(mod, splits, home=0, **options)
     check_numerics(mod, reduced, shape)
     return reduced, clusters
 
@@ -924,45 +925,51 @@ def test_token_ids_are_looked_up_in_the_row_bands_of_the_first_split_matmul(firs
         assert {where[b.var] for b in norms[2:]} == set(group)  # the second norm, per cluster
 
 
-@pytest.mark.parametrize("dim, group, rows", [
-    ("rows", (0, 1, 2, 3), [2, 1, 2, 1]),
-    ("tiles/2", tuple(range(8)), [2, 2, 1, 1, 2, 2, 1, 1]),  # 4 bands of 2 channel slices
+@pytest.mark.parametrize("dim, group, rows, centred", [
+    ("rows", (0, 1, 2, 3), [2, 1, 2, 1], True),
+    ("tiles/2", tuple(range(8)), [2, 2, 1, 1, 2, 2, 1, 1], True),  # 4 bands of 2 slices
+    ("rows", (0, 1, 2, 3), [2, 2, 1, 1], False),
 ])
-def test_a_strided_conv_after_a_row_split_takes_the_rows_its_clusters_hold(dim, group, rows):
+def test_a_strided_conv_after_a_row_split_takes_the_rows_its_clusters_hold(dim, group, rows,
+                                                                           centred):
     """12 rows in 4 bands of 3, then a stride-2 conv of 6 rows over the same clusters: even
     bounds (2, 2, 1, 1) would have band 1 read input rows 3 to 7, two of them from band 2;
     each band takes the output rows centred on its own input rows instead (2, 1, 2, 1), so
-    only single halo rows cross between the parts of row splits."""
+    only single halo rows cross between the parts of row splits. A placement with even row
+    bounds (``centred_rows=False``) keeps even bounds."""
     def block(bb, x):
         a = bb.emit(relax.op.nn.relu(relax.op.nn.conv2d(x, const(16, 8, 3, 3),
                                                         padding=[1, 1, 1, 1])))
         return relax.op.nn.conv2d(a, const(8, 16, 3, 3), strides=[2, 2], padding=[1, 1, 1, 1])
 
     splits = [DistributedSplit(0, dim, group), DistributedSplit(1, dim, group)]
-    reduced, clusters = split_and_check(module(block), splits, (1, 8, 12, 12))
+    reduced, clusters = split_and_check(module(block), splits, (1, 8, 12, 12),
+                                        centred_rows=centred)
     bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
     second = sorted((c, int(b.var.ty.shape.values[2]))
                     for b, c in zip(bindings, clusters, strict=True)
                     if "conv2d" in b.value.args[0].name_hint
                     and int(b.var.ty.shape.values[3]) == 6)  # the strided conv's width
     assert second == list(enumerate(rows))
-    if dim == "rows":
+    if dim == "rows" and centred:
         row = 16 * 12 * 4  # one row of the relu's output
         assert max(size for size, _, _ in crossings(reduced, clusters)) <= row
 
 
-def test_a_strided_pool_of_row_bands_takes_the_rows_each_band_holds():
+@pytest.mark.parametrize("centred, rows", [(True, [2, 1, 2, 1]), (False, [2, 2, 1, 1])])
+def test_a_strided_pool_of_row_bands_takes_the_rows_each_band_holds(centred, rows):
     """As the strided conv above: a 3x3 max pool (stride 2) of 12 rows in 4 bands of 3 pools
-    the output rows centred on each band's own rows (2, 1, 2, 1), not even bounds."""
+    the output rows centred on each band's own rows (2, 1, 2, 1), not even bounds; a
+    placement with even row bounds (``centred_rows=False``) gets even bounds."""
     def block(bb, x):
         a = bb.emit(relax.op.nn.conv2d(x, const(16, 8, 3, 3), padding=[1, 1, 1, 1]))
         return relax.op.nn.max_pool2d(a, pool_size=[3, 3], strides=[2, 2], padding=[1, 1, 1, 1])
 
     group = (0, 1, 2, 3)
     reduced, clusters = split_and_check(module(block), [DistributedSplit(0, "rows", group)],
-                                        (1, 8, 12, 12))
+                                        (1, 8, 12, 12), centred_rows=centred)
     bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
     pooled = sorted((c, int(b.var.ty.shape.values[2]))
                     for b, c in zip(bindings, clusters, strict=True)
                     if "pool" in b.value.args[0].name_hint)
-    assert pooled == [(0, 2), (1, 1), (2, 2), (3, 1)]
+    assert pooled == list(enumerate(rows))

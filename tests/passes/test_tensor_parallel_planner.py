@@ -311,6 +311,28 @@ def test_2d_splits_over_the_whole_grid_are_judged_with_their_bands_on_sub_meshes
     assert "grid_order" not in TensorParallelPlanner(batches=1)._in_rows(p, halves).notes
 
 
+@pytest.mark.parametrize("even_faster", [True, False])
+def test_a_batch_1_plan_is_judged_with_its_row_bands_centred_and_even(even_faster):
+    # The realiser bounds row bands as the placement says (Placement.even_rows); here the
+    # plan realised one way runs op 1 at twice its work. The faster way is kept.
+    slower = make_graph([(4e9, 40_000, 400_000), (16e9, 40_000, 800_000),
+                         (4e9, 40_000, 400_000), (1e5, 4000, 0)], [(0, 1), (1, 2), (2, 3)])
+    base = problem(8)
+
+    def realise(placement):
+        return (base.graph if placement.even_rows == even_faster else slower), placement
+
+    p = dataclasses.replace(base, realise=realise)
+    plan = TensorParallelPlanner(batches=1).plan(p)
+    bounds = plan.notes["row_bounds_simulated_cycles"]
+    assert (bounds["even"] < bounds["centred"]) == even_faster
+    assert plan.even_rows == even_faster
+    assert Placement.from_dict(plan.to_dict()).even_rows == even_faster
+    # A plan for many inputs keeps centred bounds, unjudged.
+    many = TensorParallelPlanner(batches=4).plan(p)
+    assert "row_bounds_simulated_cycles" not in many.notes and not many.even_rows
+
+
 def test_1d_splits_are_judged_with_their_clusters_in_snake_order():
     # A 3x3 grid: Z order's first 8 clusters run 0, 1, 3, 4, 2, 5, 6, 7, so a row split over
     # them has parts 1 and 3, 4 and 2 two hops apart. The plan is also judged with the split's
