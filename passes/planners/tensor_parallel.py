@@ -380,8 +380,11 @@ class TensorParallelPlanner:
         on their input's. Centring keeps a band's reads to its own rows and halos after a
         stride (MobileNetV2 int8 batch 1 on simba-6x6: 47.9 k cycles centred, 58.2 k even), but
         moves bounds that the ops after it may not follow (ResNet-18 on the 16x16 mesh: 25.2 k
-        centred, 24.3 k even)."""
-        if not placement.splits:
+        centred, 24.3 k even). Judged only when a conv is split by rows (alone or in 2-D):
+        without one, both realise alike."""
+        if not any((split.dim == "rows" or tiles_by(split.dim) is not None)
+                   and "out_channels" in problem.split_dims.get(split.op_id, {})
+                   for split in placement.splits):
             return placement
         even = dataclasses.replace(placement, even_rows=True)
         bounds = {"centred": cycles, "even": float(simulate_placement(

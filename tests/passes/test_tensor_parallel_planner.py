@@ -323,14 +323,20 @@ def test_a_batch_1_plan_is_judged_with_its_row_bands_centred_and_even(even_faste
         return (base.graph if placement.even_rows == even_faster else slower), placement
 
     p = dataclasses.replace(base, realise=realise)
-    plan = TensorParallelPlanner(batches=1).plan(p)
-    bounds = plan.notes["row_bounds_simulated_cycles"]
+    planner = TensorParallelPlanner(batches=1)
+    rows = Placement("manual", (0,) * 4, (0,) * 4, (0,),
+                     splits=(OpSplit(0, "rows", tuple(range(8))),))
+    cycles = simulate_placement(p, rows, 1, as_built=True).total_cycles
+    kept = planner._with_row_bounds(p, rows, cycles)
+    bounds = kept.notes["row_bounds_simulated_cycles"]
     assert (bounds["even"] < bounds["centred"]) == even_faster
-    assert plan.even_rows == even_faster
-    assert Placement.from_dict(plan.to_dict()).even_rows == even_faster
-    # A plan for many inputs keeps centred bounds, unjudged.
-    many = TensorParallelPlanner(batches=4).plan(p)
-    assert "row_bounds_simulated_cycles" not in many.notes and not many.even_rows
+    assert kept.even_rows == even_faster
+    assert Placement.from_dict(kept.to_dict()).even_rows == even_faster
+    # Without a conv split by rows (op 1 by output channels) both realise alike: not judged.
+    channels = dataclasses.replace(rows, splits=(OpSplit(1, "out_channels", tuple(range(8))),))
+    assert planner._with_row_bounds(p, channels, cycles) is channels
+    # The planner judges its batch-1 plan so; a plan for many inputs keeps centred bounds.
+    assert "row_bounds_simulated_cycles" not in TensorParallelPlanner(batches=4).plan(p).notes
 
 
 def test_1d_splits_are_judged_with_their_clusters_in_snake_order():
