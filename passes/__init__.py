@@ -13,6 +13,7 @@ from tvm_chiplet.passes.reduce_graph import ReduceGraph
 from tvm_chiplet.passes.replicate_data_parallel import ReplicateDataParallel
 from tvm_chiplet.passes.slice_strided_convs import SliceStridedConvs
 from tvm_chiplet.passes.split_operators import SplitOperators
+from tvm_chiplet.passes.unpack_projections import UnpackProjections
 
 __all__ = [
     "PIPELINES",
@@ -28,5 +29,6 @@ __all__ = [
     "ReplicateDataParallel",
     "SliceStridedConvs",
     "SplitOperators",
+    "UnpackProjections",
     "get_pipeline",
 ]

@@ -15,15 +15,17 @@ from tvm_chiplet.passes.planners.base import WorkloadSimulator
 from tvm_chiplet.passes.reduce_graph import ReduceGraph
 from tvm_chiplet.passes.replicate_data_parallel import ReplicateDataParallel
 from tvm_chiplet.passes.slice_strided_convs import SliceStridedConvs
+from tvm_chiplet.passes.unpack_projections import UnpackProjections
 from tvm_chiplet.targets.system import ChipletSystem
 
 
 def prepare_splits() -> tvm.transform.Pass:
     """The rewrites of a model before it is planned for splits, with the same results:
-    Conv1dAsConv2d (1-D convolutions split as 2-D ones) and SliceStridedConvs (a strided
-    1x1 conv reads only the pixels it uses). Benchmarks that plan a model apply it as the
-    ``chiplet-default`` pipeline does."""
-    return tvm.transform.Sequential([Conv1dAsConv2d(), SliceStridedConvs()],
+    Conv1dAsConv2d (1-D convolutions split as 2-D ones), SliceStridedConvs (a strided
+    1x1 conv reads only the pixels it uses) and UnpackProjections (a packed Q/K/V projection
+    as three). Benchmarks that plan a model apply it as the ``chiplet-default`` pipeline
+    does."""
+    return tvm.transform.Sequential([Conv1dAsConv2d(), SliceStridedConvs(), UnpackProjections()],
                                     name="chiplet-prepare-splits")
 
 
