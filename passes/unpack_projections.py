@@ -153,7 +153,8 @@ def _taken_apart(root: relax.Var, parts: dict, users: dict, values: dict) -> boo
             call = values[user]
             if user in parts:
                 continue
-            if not (call.op.same_as(_PERMUTE) or any(call.op.same_as(op) for op in _RESHAPES)):
+            if not isinstance(call, relax.Call) or not (
+                    call.op.same_as(_PERMUTE) or any(call.op.same_as(op) for op in _RESHAPES)):
                 return False
             stack.append(user)
     return bool(users.get(root))

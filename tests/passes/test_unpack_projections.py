@@ -75,3 +75,14 @@ def test_a_take_of_interleaved_columns_is_left_as_it_is():
 
     mod = module(interleaved, (TOKENS, WIDTH))
     assert len(calls(UnpackProjections()(mod), "relax.take")) == 1
+
+
+def test_a_packed_output_returned_in_a_tuple_too_is_left_packed():
+    def returned(bb, x):
+        y = bb.emit(relax.op.matmul(x, const(WIDTH, 3 * WIDTH)))
+        r = bb.emit(relax.op.reshape(y, (TOKENS, 1, 3, WIDTH)))
+        q = bb.emit(take(bb.emit(relax.op.permute_dims(r, [2, 0, 1, 3])), 0))
+        return bb.emit(relax.Tuple([q, y]))
+
+    mod = module(returned, (TOKENS, 1, WIDTH))
+    assert len(calls(UnpackProjections()(mod), "relax.take")) == 1
