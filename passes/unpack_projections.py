@@ -48,9 +48,12 @@ class UnpackProjections:
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         if "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
             return mod
+        values = _values(mod)
+        if not any(_source(value, values) is not None for value in values.values()
+                   if isinstance(value, relax.Call) and value.op.same_as(_TAKE)):
+            return mod  # no take of a projection: nothing to fold first
         prepared = prepare_for_splits(mod)
-        values = {binding.var: binding.value for block in prepared["main"].body.blocks
-                  for binding in block.bindings}
+        values = _values(prepared)
         parts = {}
         for var, value in values.items():
             if (isinstance(var, relax.DataflowVar) and isinstance(value, relax.Call)
@@ -93,12 +96,16 @@ def _static(expr: relax.Expr) -> tuple[int, ...] | None:
     return tuple(int(d) for d in shape)
 
 
-def _taken_part(take: relax.Call, values: dict) -> _Part | None:
-    """The projection ``take`` amounts to, or None when it picks no contiguous block of a
-    constant-weight matmul's output columns."""
-    index = take.args[1]
-    if not isinstance(index, tvm.ir.expr.Constant) or index.value.numpy().ndim != 0:
-        return None
+def _values(mod: tvm.IRModule) -> dict:
+    """The value bound to each Var of ``main``."""
+    return {binding.var: binding.value for block in mod["main"].body.blocks
+            for binding in block.bindings}
+
+
+def _source(take: relax.Call, values: dict) -> tuple[list, relax.Var, tuple] | None:
+    """``(chain, root, projection)``: the calls from ``take`` back to a constant-weight
+    projection (take first), the projection's output and :func:`_projection` of it; None
+    when an op other than a reshape or permute lies between them."""
     chain, value = [take], take.args[0]
     while isinstance(value, relax.Var) and isinstance(values.get(value), relax.Call):
         call = values[value]
@@ -109,10 +116,21 @@ def _taken_part(take: relax.Call, values: dict) -> _Part | None:
         chain.append(call)
         value = call.args[0]
     projection = _projection(value, values)
-    shape = _static(value) if projection is not None else None
+    return None if projection is None else (chain, value, projection)
+
+
+def _taken_part(take: relax.Call, values: dict) -> _Part | None:
+    """The projection ``take`` amounts to, or None when it picks no contiguous block of a
+    constant-weight matmul's output columns."""
+    index = take.args[1]
+    source = _source(take, values)
+    if (source is None or not isinstance(index, tvm.ir.expr.Constant)
+            or index.value.numpy().ndim != 0):
+        return None
+    chain, value, (x, weight, bias, bias_first) = source
+    shape = _static(value)
     if shape is None or any(_static(call) is None for call in chain):
         return None
-    x, weight, bias, bias_first = projection
     # Carry each output element's index through the chain; the take must pick one block of
     # whole columns, in order.
     ids = np.arange(int(np.prod(shape))).reshape(shape)
