@@ -38,7 +38,8 @@ its kernel afterwards.
 A model input that leads through such ops to the rows of a split matmul (token ids, through
 an embedding lookup and its layer norm) is cut into that matmul's row bands
 (:meth:`_Distributor.shard_inputs`). A conv or pool split into row bands over the clusters that
-hold its input's row bands takes the output rows centred on each band's own (:func:`_centred_rows`).
+hold its input's row bands takes the output rows centred on each band's own (:func:`_centred_rows`),
+unless the placement bounds rows evenly (``centred_rows`` False).
 
 A matmul of two activations (attention's scores and context) follows a sharded operand on a
 batch axis (the heads: both operands are cut alike, so every head stays local), the left's rows
@@ -1162,9 +1163,8 @@ class _Distributor:
                        - left)
         average = call.op.name == "relax.nn.avg_pool2d"
         counted = average and bool(attrs.count_include_pad)
-        centred = self.centred_rows and _centred_rows(layout.rows, out[_ROWS], stride, top,
-                                                      extent, height)
-        rows = centred or tuple(even_bounds(out[_ROWS], len(layout.rows)))
+        rows = self._centred(layout.rows, out[_ROWS], stride, top, extent, height) or tuple(
+            even_bounds(out[_ROWS], len(layout.rows)))
         bands = [_band_rows(b, e, stride, extent, top, height) for b, e in rows]
         if counted and (overhang > right or bands[-1][1][1] > bottom):
             return None
@@ -1395,9 +1395,7 @@ class _Distributor:
         after a stride: MobileNetV2 int8 on simba-6x6 split 112 rows into 32 parts, then 56,
         and part 20 of the 56 read the input rows of parts 21 and 22. None when the input
         lies otherwise, when a band would get no row, or when the placement bounds rows evenly
-        (:attr:`~.planners.placement.Placement.even_rows`)."""
-        if not self.centred_rows:
-            return None
+        (:meth:`_centred`)."""
         data = self.resolve(call.args[0])
         layout = self.layout.get(data) if isinstance(data, relax.Var) else None
         if isinstance(layout, _Sharded) and layout.axis == _ROWS:
@@ -1412,8 +1410,16 @@ class _Distributor:
                                                                              strict=True)):
             return None
         extent = (_shape(call.args[1])[2] - 1) * int(call.attrs.dilation[0]) + 1
-        return _centred_rows(spans, _shape(call)[_ROWS], int(call.attrs.strides[0]),
+        return self._centred(spans, _shape(call)[_ROWS], int(call.attrs.strides[0]),
                              int(call.attrs.padding[0]), extent, _shape(data)[_ROWS])
+
+    def _centred(self, spans: tuple[tuple[int, int], ...], rows: int, stride: int, top: int,
+                 extent: int, height: int) -> tuple[tuple[int, int], ...] | None:
+        """:func:`_centred_rows`, or None when the placement bounds rows evenly
+        (``centred_rows`` False: :attr:`~.planners.placement.Placement.even_rows`)."""
+        if not self.centred_rows:
+            return None
+        return _centred_rows(spans, rows, stride, top, extent, height)
 
     def _blocks(self, var: relax.Var, call: relax.Call, by: int, clusters: tuple[int, ...]
                 ) -> _Sharded:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import threading
@@ -147,22 +148,13 @@ class SplitRealiser:
 
 
 def _realised_placement(placement: Placement, op_cluster: tuple[int, ...]) -> Placement:
+    """``placement`` for its realised module: ``op_cluster`` places every op (the parts
+    included), one stage per cluster used, no splits left; every other field kept."""
     stages = sorted(set(op_cluster))
-    return Placement(
-        strategy=placement.strategy,
-        op_cluster=op_cluster,
-        op_stage=tuple(stages.index(c) for c in op_cluster),
-        stage_clusters=tuple(stages),
-        objective_cycles=placement.objective_cycles,
-        notes={**placement.notes, "splits": len(placement.splits)},
-        dram_policy=placement.dram_policy,
-        dram_shares=placement.dram_shares,
-        replicas=placement.replicas,
-        sram_loans=placement.sram_loans,
-        weight_pool=placement.weight_pool,
-        microbatch=placement.microbatch,
-        even_rows=placement.even_rows,
-    )
+    return dataclasses.replace(
+        placement, op_cluster=op_cluster, op_stage=tuple(stages.index(c) for c in op_cluster),
+        stage_clusters=tuple(stages), splits=(),
+        notes={**placement.notes, "splits": len(placement.splits)})
 
 
 @tvm.transform.module_pass(opt_level=0, name="PlanSplitPlacement")

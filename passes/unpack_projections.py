@@ -11,6 +11,7 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from tvm_chiplet.passes.distribute_tensors import prepare_for_splits
+from tvm_chiplet.passes.split_operators import static_shape
 
 _MATMUL = tvm.ir.Op.get("relax.matmul")
 _ADD = tvm.ir.Op.get("relax.add")
@@ -90,10 +91,9 @@ class _Part:
 
 
 def _static(expr: relax.Expr) -> tuple[int, ...] | None:
-    shape = getattr(expr.ty, "shape", None)
-    if shape is None or not all(isinstance(d, tvm.tirx.IntImm) for d in shape):
-        return None
-    return tuple(int(d) for d in shape)
+    """:func:`~.split_operators.static_shape` when every dimension is known, else None."""
+    shape = static_shape(expr)
+    return None if shape is None or None in shape else tuple(shape)
 
 
 def _values(mod: tvm.IRModule) -> dict:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from tvm_chiplet.passes.analysis.op_graph import OpGraph
 from tvm_chiplet.passes.planners.base import PlanningProblem
 from tvm_chiplet.passes.planners.placement import (
@@ -133,11 +135,14 @@ def simulate_placement(
 
 
 def placement_key(placement: Placement) -> tuple:
-    """What of ``placement`` its workload depends on (not its notes, strategy or objective)."""
-    return (placement.op_cluster, placement.op_stage, placement.stage_clusters,
-            placement.splits, placement.dram_policy, placement.dram_shares, placement.replicas,
-            placement.sram_loans, placement.weight_pool, placement.microbatch,
-            placement.even_rows)
+    """What of ``placement`` its workload depends on: every field but its notes, strategy and
+    objective (a field added to :class:`Placement` is keyed without another change here)."""
+    return tuple(getattr(placement, f.name) for f in dataclasses.fields(placement)
+                 if f.name not in _UNKEYED)
+
+
+_UNKEYED = ("strategy", "objective_cycles", "notes")
+"""The fields of a :class:`Placement` its workload does not depend on."""
 
 
 def placement_workload(problem: PlanningProblem, placement: Placement,
