@@ -2,6 +2,7 @@
 
 from tvm_chiplet.passes.annotate_placement import AnnotatePlacement
 from tvm_chiplet.passes.conv1d_as_conv2d import Conv1dAsConv2d
+from tvm_chiplet.passes.flatten_matmul_rows import FlattenMatmulRows
 from tvm_chiplet.passes.fold_constant_calls import FoldConstantCalls
 from tvm_chiplet.passes.keep_quantized_weights import KeepQuantizedWeights
 from tvm_chiplet.passes.legalize_once import LegalizeOnce
@@ -19,6 +20,7 @@ __all__ = [
     "PIPELINES",
     "AnnotatePlacement",
     "Conv1dAsConv2d",
+    "FlattenMatmulRows",
     "FoldConstantCalls",
     "KeepQuantizedWeights",
     "LegalizeOnce",

@@ -1036,18 +1036,25 @@ class _Distributor:
         if [shape[a] for a in kept] == [size for size in out if size != 1]:
             return self._reshape_unit_axes(var, layout, dict(zip(
                 kept, (a for a, size in enumerate(out) if size != 1), strict=True)))
-        if not row_axis < channel_axis or out[:channel_axis] != shape[:channel_axis]:
+        if not row_axis < channel_axis or shape[row_axis] == 1:
             return None
         n = len(layout.channels)
         mapped = _reshape_bounds(shape, channel_axis, layout.channels, out)
-        if mapped is not None and mapped[0] == channel_axis:
+        if mapped is not None:
             axis, channels = mapped
             recut = None
         else:
             aligned = _aligned_bounds(shape, channel_axis, n, out)
-            if aligned is None or aligned[1][0] != channel_axis:
+            if aligned is None:
                 return None
             recut, (axis, channels) = aligned
+        # The axes before the channels are kept but for unit ones (torch's sequence-first
+        # [tokens, 1, heads, 64] merged into [tokens, 768]): the rows are the same output axis.
+        lead = [a for a in range(channel_axis) if shape[a] != 1]
+        out_lead = [a for a in range(axis) if out[a] != 1]
+        if [shape[a] for a in lead] != [out[a] for a in out_lead]:
+            return None
+        out_rows = out_lead[lead.index(row_axis)]
         # Each group on the member holding the first of its channels: the groups spread over
         # the band as the slices do, and each reads most of its channels where it runs.
         starts = list(range(len(channels))) if recut is None else [
@@ -1061,12 +1068,12 @@ class _Distributor:
                 piece = layout.parts[p] if recut is None else self._tiled_region(
                     layout, data.name, {row_axis: band, channel_axis: recut[j]}, c)
                 part_shape = list(out)
-                part_shape[row_axis] = band[1] - band[0]
+                part_shape[out_rows] = band[1] - band[0]
                 part_shape[axis] = slice_[1] - slice_[0]
                 parts.append(self.emit(relax.op.reshape(piece, part_shape),
                                        f"{var.name}_p{len(parts)}", c))
                 clusters.append(c)
-        return _Tiled(layout.rows, tuple(channels), tuple(parts), tuple(clusters), row_axis,
+        return _Tiled(layout.rows, tuple(channels), tuple(parts), tuple(clusters), out_rows,
                       axis)
 
     def _reshape_unit_axes(self, var: relax.Var, layout: _Tiled, place: dict[int, int]

@@ -1,0 +1,91 @@
+"""FlattenMatmulRows: torch's sequence-first projections (one-row matrices) become matmuls of many
+rows, with the same numerics, so that their 2-D splits keep attention on every cluster."""
+
+import numpy as np
+from tvm import relax
+
+from tests.passes.test_distribute_tensors import const, crossings, module, run
+from tvm_chiplet.passes import FlattenMatmulRows
+from tvm_chiplet.passes.distribute_tensors import DistributedSplit, distribute_and_reduce
+from tvm_chiplet.passes.pipeline import prepare_splits
+
+RNG = np.random.default_rng(0)
+TOKENS, WIDTH, HEADS = 16, 32, 2
+
+
+def matmul_shapes(mod):
+    return [[int(d) for d in b.value.args[0].ty.shape] for block in mod["main"].body.blocks
+            for b in block.bindings
+            if isinstance(b.value, relax.Call) and b.value.op.name == "relax.matmul"]
+
+
+def sequence_first_attention(bb, x):
+    """nn.MultiheadAttention (batch_first=False) at batch 1 on ``x: [T, 1, E]``: each
+    projection ``b + x @ w`` ([T, 1, E]), reshaped to [T, H, E / H] and permuted to
+    [H, T, E / H]; scores, softmax, context; the context permuted to [T, 1, H, E / H],
+    reshaped to [T, E] and projected out."""
+    heads = []
+    for _ in range(3):
+        y = bb.emit(relax.op.add(const(WIDTH), relax.op.matmul(x, const(WIDTH, WIDTH))))
+        r = bb.emit(relax.op.reshape(y, (TOKENS, HEADS, WIDTH // HEADS)))
+        heads.append(bb.emit(relax.op.permute_dims(r, [1, 0, 2])))
+    q, k, v = heads
+    keys = bb.emit(relax.op.permute_dims(k, [0, 2, 1]))
+    scores = bb.emit(relax.op.nn.softmax(bb.emit(relax.op.matmul(q, keys))))
+    context = bb.emit(relax.op.expand_dims(bb.emit(relax.op.matmul(scores, v)), 0))
+    merged = bb.emit(relax.op.permute_dims(context, [2, 0, 1, 3]))
+    return relax.op.matmul(bb.emit(relax.op.reshape(merged, (TOKENS, WIDTH))),
+                           const(WIDTH, WIDTH))
+
+
+def test_one_row_projections_become_one_matmul_of_every_row_with_the_same_result():
+    mod = module(sequence_first_attention, (TOKENS, 1, WIDTH))
+    flat = FlattenMatmulRows()(mod)
+    shapes = matmul_shapes(flat)
+    assert shapes.count([TOKENS, WIDTH]) == 4  # three projections and the output projection
+    assert [TOKENS, 1, WIDTH] not in shapes
+    x = RNG.normal(size=(TOKENS, 1, WIDTH)).astype("float32")
+    np.testing.assert_allclose(run(flat, [x]), run(mod, [x]), rtol=1e-5, atol=1e-5)
+    # Each projection's bias is added to its flat product, which the reshape to heads reads.
+    adds = [b.value for block in flat["main"].body.blocks for b in block.bindings
+            if isinstance(b.value, relax.Call) and b.value.op.name == "relax.add"]
+    assert [[int(d) for d in a.ty.shape] for a in adds] == [[TOKENS, WIDTH]] * 3
+    # The models' pipeline applies it before planning splits.
+    assert matmul_shapes(prepare_splits()(mod)) == shapes
+
+
+def test_matmuls_of_many_rows_or_by_activations_are_left_as_they_are():
+    def block(bb, x):  # [1, T, E]: rows already; [T, 1, E] by [T, E, 1]: not by weights
+        y = bb.emit(relax.op.matmul(x, const(WIDTH, WIDTH)))
+        t = bb.emit(relax.op.permute_dims(y, [1, 0, 2]))
+        return relax.op.matmul(t, relax.op.permute_dims(t, [0, 2, 1]))
+
+    mod = module(block, (1, TOKENS, WIDTH))
+    assert FlattenMatmulRows()(mod).same_as(mod)
+
+
+def test_flat_projections_split_in_2d_run_sequence_first_attention_by_query_bands_and_heads():
+    # Two row bands (8 tokens) by two column slices (one head each) of every projection and of
+    # the output projection: the reshapes and permutes to heads keep every tile where it lies,
+    # so attention runs on all four clusters, and its context's tiles are merged back from
+    # [T, 1, H, E / H] to [T, E] where they lie too.
+    mod = FlattenMatmulRows()(module(sequence_first_attention, (TOKENS, 1, WIDTH)))
+    group = (0, 1, 2, 3)
+    splits = [DistributedSplit(op, "tiles/2", group) for op in (0, 1, 2, 5)]  # not attention
+    reduced, clusters = distribute_and_reduce(mod, splits, home=0)
+    x = RNG.normal(size=(TOKENS, 1, WIDTH)).astype("float32")
+    np.testing.assert_allclose(run(reduced, [x]), run(mod, [x]), rtol=1e-4, atol=1e-4)
+    bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
+    softmax = sorted(c for b, c in zip(bindings, clusters, strict=True)
+                     if "softmax" in str(b.value.args[0]))
+    assert softmax == list(group)
+    # What crosses: each projection's band of the input (8 x 32 floats, from cluster 0); each
+    # tile's keys and values of its head from the other band (8 x 16); each output-projection
+    # tile the other slice of its band's context (8 x 16), not the whole context re-cut by
+    # heads; and the output's three other tiles (8 x 16) for cluster 0.
+    tile = 8 * 16 * 4
+    bands = [(2 * tile, 0, c) for c in (1, 2, 3)] * 3
+    heads = [(tile, a, b) for a, b in ((0, 2), (2, 0), (1, 3), (3, 1))] * 2
+    context = [(tile, a, b) for a, b in ((0, 1), (1, 0), (2, 3), (3, 2))]
+    assert sorted(crossings(reduced, clusters)) == sorted(
+        bands + heads + context + [(tile, c, 0) for c in (1, 2, 3)])
