@@ -37,9 +37,14 @@ its kernel afterwards.
 
 A model input that leads through such ops to the rows of a split matmul (token ids, through
 an embedding lookup and its layer norm) is cut into that matmul's row bands
-(:meth:`_Distributor.shard_inputs`). A conv or pool split into row bands over the clusters that
-hold its input's row bands takes the output rows centred on each band's own (:func:`_centred_rows`),
-unless the placement bounds rows evenly (``centred_rows`` False).
+(:meth:`_Distributor.shard_inputs`). An op that only rearranges an uncut model input (a reshape,
+permute, expand_dims or squeeze: torch's sequence-first inputs flattened to a matmul's rows, a
+1-D conv's input given a unit axis) runs on each cluster that reads it, as the input is read
+there, rather than on one cluster that sends it.
+
+A conv or pool split into row bands over the clusters that hold its input's row bands takes
+the output rows centred on each band's own (:func:`_centred_rows`), unless the placement bounds
+rows evenly (``centred_rows`` False).
 
 A matmul of two activations (attention's scores and context) follows a sharded operand on a
 batch axis (the heads: both operands are cut alike, so every head stays local), the left's rows
@@ -138,6 +143,11 @@ _REDUCE_OPS = frozenset(
     ("relax.mean", "relax.sum", "relax.max", "relax.min", "relax.prod", "relax.variance")
 )
 _AXIS_OPS = frozenset(("relax.nn.softmax", "relax.nn.log_softmax"))
+_VIEW_OPS = frozenset(
+    ("relax.reshape", "relax.permute_dims", "relax.expand_dims", "relax.squeeze")
+)
+"""Ops that only rearrange their operand's elements: of a model input, :class:`_Distributor`
+runs one where it is read, as the input itself is (``_Distributor.views``)."""
 
 
 @dataclass(frozen=True)
@@ -273,6 +283,11 @@ class _Distributor:
         self._by_rows: dict[relax.Var, _Sharded] = {}  # a tiled value re-cut along its rows
         self.users: dict[relax.Var, list[relax.VarBinding]] = {}  # the bindings reading a Var
         self.inputs: set[relax.Var] = set()  # model inputs given a layout (:meth:`shard_inputs`)
+        # Values that only rearrange a model input that has no layout (torch's sequence-first
+        # transpose, a flatten to a matmul's rows): run on each cluster that reads them, from
+        # the input there, rather than on one cluster that sends them.
+        self.views: dict[relax.Var, relax.Call] = {}
+        self.params: set[relax.Var] = set()  # the model inputs
 
     # -- emitting ------------------------------------------------------------------------------
 
@@ -312,6 +327,14 @@ class _Distributor:
         value = self.resolve(value)
         if isinstance(value, relax.Tuple):
             return relax.Tuple([self.whole(v, cluster) for v in value.fields])
+        if value in self.views:
+            key = (value, cluster)
+            if key not in self._whole:
+                call = self.views[value]
+                self._whole[key] = self.emit(relax.Call(call.op, [
+                    self.whole(call.args[0], cluster), *call.args[1:]], call.attrs),
+                    f"{value.name}_at{cluster}", cluster)
+            return self._whole[key]
         layout = self.layout.get(value) if isinstance(value, relax.Var) else None
         if layout is None or value in self.inputs:  # constants, shapes, values, model inputs
             return self.use(value, cluster) if isinstance(value, relax.Var) else value
@@ -347,6 +370,8 @@ class _Distributor:
         name = getattr(value, "name", "const")
         if isinstance(value, tvm.ir.expr.Constant):
             return self._constant_cut(value, {axis: (lo, hi)})
+        if value in self.views:  # rearranged where it is read, then cut
+            return self._slice(self.whole(value, cluster), axis, lo, hi, f"{name}_cut", cluster)
         layout = self.layout.get(value) if isinstance(value, relax.Var) else None
         if value in self.inputs:  # a model input, read where it is needed: its own part there
             own = zip(layout.parts, layout.bounds, layout.clusters, strict=True)
@@ -705,6 +730,9 @@ class _Distributor:
         if var in self.splits:
             self.layout[var] = self._anchor(var, value, *self.splits[var])
             return
+        if self._view_of_input(value):
+            self.views[var] = value
+            return
         if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
             layout = self._follow(var, value)
             if layout is not None:
@@ -715,6 +743,16 @@ class _Distributor:
             cluster = self._where(value)
         rebuilt = _map_operands(value, lambda v: self.whole(v, cluster))
         self.layout[var] = _Whole(self.emit(rebuilt, var.name, cluster), cluster)
+
+    def _view_of_input(self, value: relax.Expr) -> bool:
+        """Whether ``value`` only rearranges a model input that has no layout (or such a
+        rearrangement of one): :attr:`views`."""
+        if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
+                and value.op.name in _VIEW_OPS):
+            return False
+        data = self.resolve(value.args[0])
+        return isinstance(data, relax.Var) and (data in self.views or (
+            data in self.params and data not in self.layout))
 
     def _where(self, value: relax.Expr) -> int:
         """Cluster holding most of ``value``'s operand bytes (the home cluster on ties)."""
@@ -1789,6 +1827,7 @@ def _distribute(mod: tvm.IRModule, splits: Sequence[DistributedSplit],
             f"got {len(blocks)} block(s)"
         )
     dist = _Distributor(plan, placed or {}, home, topology, centred_rows)
+    dist.params = set(main.params)
     for binding in blocks[0].bindings:
         for var in relax.analysis.free_vars(binding.value):
             dist.users.setdefault(var, []).append(binding)

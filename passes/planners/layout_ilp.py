@@ -95,7 +95,7 @@ def _roots(walk: CostWalk, decided: set[int]) -> list[int | None]:
         v, preds = op.op_id, walk.preds[op.op_id]
         if v in decided:
             root.append(v)
-        elif not op.is_compute:
+        elif walk.plumbing[v]:
             root.append(root[preds[0][0]] if preds else None)
         else:
             data = walk.data[v]
@@ -114,7 +114,7 @@ def _option(walk: CostWalk, root: list[int | None], members: list[int], r: int |
     inbound = []
     for v in members:
         op, preds = walk.ops[v], walk.preds[v]
-        if not op.is_compute:
+        if walk.plumbing[v]:
             tree.layout[v] = tree[preds[0][0]] if preds else FREE
             continue
         out, group, parts, dim, moves = walk.step(v, chosen if v == r else fixed.get(v, FOLLOW),

@@ -87,6 +87,16 @@ _WINDOW_POOL = re.compile(r"(?<!adaptive_)(max|avg)_pool")
 """A sliding-window pool (not a global one), which follows a tiled value tile by tile."""
 
 
+_VIEW_PARTS = re.compile(r"(fused|reshape|transpose|permute|dims|expand|squeeze)\d*")
+
+
+def rearranges(op) -> bool:
+    """Whether ``op`` only rearranges its operand's elements: a fused op of reshapes,
+    transposes, expand_dims and squeezes (by its name), with no arithmetic."""
+    parts = [part for part in op.name.split("_") if part]
+    return op.is_compute and not op.flops and all(_VIEW_PARTS.fullmatch(p) for p in parts)
+
+
 def reduces_tiles(op) -> bool:
     """Whether ``op`` reads as a reduction over rows that a tiled value's parts run tile by
     tile (a global pool: DistributeTensors' ``_reduced_rows``): a fused op named after a mean,
@@ -767,6 +777,14 @@ class CostWalk:
             self.homes.append(costs.home(stage_of[op.op_id] if stage_of is not None else 0))
             self.broken.append(broken_axes(op.name))
         self.reduces_tiles = [reduces_tiles(op) for op in self.ops]
+        # Ops that only rearrange a model input (or such a rearrangement), which
+        # DistributeTensors runs where they are read, as the input is: plumbing, as tuples are,
+        # their values free to read anywhere.
+        views: list[bool] = []
+        for op in self.ops:
+            views.append(rearranges(op) and all(views[p] for p, _ in self.preds[op.op_id]))
+        self.plumbing = [not op.is_compute or view for op, view in zip(self.ops, views,
+                                                                      strict=True)]
         # Independent products (heads) of each follow op, and of the ops that follow its data.
         self.products: list[int] = []
         for op in self.ops:
@@ -918,7 +936,7 @@ class CostWalk:
         for op in self.ops[walked:len(self.ops) if stop is None else stop]:
             op_id = op.op_id
             preds = self.preds[op_id]
-            if not op.is_compute:
+            if self.plumbing[op_id]:
                 layout[op_id] = layout[preds[0][0]] if preds else FREE
                 continue
             out, group, parts, dim, moves = self.step(op_id, choice.get(op_id, FOLLOW), layout)

@@ -343,6 +343,18 @@ def test_2d_splits_of_matmuls_gather_each_band_among_its_clusters():
         (1024, 0, 1), (1024, 1, 0), (1024, 2, 3), (1024, 3, 2)]
 
 
+def test_a_reshaped_model_input_is_reshaped_where_each_part_reads_it():
+    """x [16, 1, 32] -> reshape to [16, 32] -> matmul split by columns over 4 clusters: each
+    part reshapes the model input where it runs (the input is read anywhere, and so is its
+    reshape), so nothing crosses but the output's parts gathered on cluster 0."""
+    def block(bb, x):
+        return relax.op.matmul(bb.emit(relax.op.reshape(x, [16, 32])), const(32, 64))
+
+    reduced, clusters = split_and_check(module(block, (16, 1, 32)),
+                                        [DistributedSplit(0, "cols", (0, 1, 2, 3))], (16, 1, 32))
+    assert sorted(crossings(reduced, clusters)) == [(16 * 16 * 4, c, 0) for c in (1, 2, 3)]
+
+
 def test_2d_tiles_stay_put_through_torchs_unit_batch_axis():
     """matmul 32->64 (2-D) -> reshape to [16, 1, 64] and a transpose to [1, 16, 64]
     (torch's sequence-first attention layout, with its batch of 1) -> gelu -> reshape back ->

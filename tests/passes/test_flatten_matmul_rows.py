@@ -79,13 +79,12 @@ def test_flat_projections_split_in_2d_run_sequence_first_attention_by_query_band
     softmax = sorted(c for b, c in zip(bindings, clusters, strict=True)
                      if "softmax" in str(b.value.args[0]))
     assert softmax == list(group)
-    # What crosses: each projection's band of the input (8 x 32 floats, from cluster 0); each
-    # tile's keys and values of its head from the other band (8 x 16); each output-projection
-    # tile the other slice of its band's context (8 x 16), not the whole context re-cut by
-    # heads; and the output's three other tiles (8 x 16) for cluster 0.
+    # What crosses: each tile's keys and values of its head from the other band (8 x 16
+    # floats); each output-projection tile the other slice of its band's context (8 x 16), not
+    # the whole context re-cut by heads; and the output's three other tiles (8 x 16) for
+    # cluster 0. (The model input is flattened where each tile reads it.)
     tile = 8 * 16 * 4
-    bands = [(2 * tile, 0, c) for c in (1, 2, 3)] * 3
     heads = [(tile, a, b) for a, b in ((0, 2), (2, 0), (1, 3), (3, 1))] * 2
     context = [(tile, a, b) for a, b in ((0, 1), (1, 0), (2, 3), (3, 2))]
     assert sorted(crossings(reduced, clusters)) == sorted(
-        bands + heads + context + [(tile, c, 0) for c in (1, 2, 3)])
+        heads + context + [(tile, c, 0) for c in (1, 2, 3)])

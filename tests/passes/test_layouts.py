@@ -342,6 +342,30 @@ def test_an_op_without_weights_may_follow_its_input_instead_of_being_split_or_ga
     assert follow == pytest.approx(plan_cost(c, split))
 
 
+def test_a_rearrangement_of_a_model_input_is_free_to_read_where_a_split_needs_it():
+    # op 0 only reshapes the model input (torch's sequence-first [T, 1, E] to a matmul's rows),
+    # op 1 is a column split reading it on 4 clusters.
+    plain = make_graph([(0, 400_000, 0), (4e9, 400_000, 40_000)], [(0, 1)])
+    names = ["fused_transpose_reshape", "fused_matmul_add"]
+    ops = [dataclasses.replace(op, name=name) for op, name in zip(plain.ops, names, strict=True)]
+    system = mesh_system(4, 4, bandwidth=32.0)
+
+    def walk(graph):
+        c = LayoutCosts(PlanningProblem(graph, system, Topology(system), {1: {"cols": 64}}))
+        walk = CostWalk(c, {1: ("cols", FOUR)})
+        state = walk.start()
+        walk.advance(state, {1: ("cols", FOUR)}, stop=2)
+        return state
+
+    free = walk(OpGraph(ops, plain.graph, output_ops=plain.output_ops))
+    assert free.layout[0].kind == "free"
+    # As an op of arithmetic (a scale), its value lies on one cluster and is broadcast.
+    scaled = dataclasses.replace(ops[0], name="fused_transpose_reshape_multiply", flops=1e5)
+    sent = walk(OpGraph([scaled, ops[1]], plain.graph, output_ops=plain.output_ops))
+    assert sent.layout[0].kind == "whole"
+    assert free.sum < sent.sum
+
+
 def test_attention_reshapes_turn_channels_into_heads_and_back():
     assert renamed_axis("fused_reshape_transpose", "channels") == "heads"
     assert renamed_axis("fused_reshape1_permute_dims", "channels") == "heads"
