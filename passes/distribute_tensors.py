@@ -264,7 +264,7 @@ class _Distributor:
 
     def __init__(self, splits: dict[relax.Var, tuple[str, tuple[int, ...]]],
                  placed: dict[relax.Var, int], home: int, topology: Topology | None = None,
-                 centred_rows: bool = True) -> None:
+                 centred_rows: bool = True, params: Sequence[relax.Var] = ()) -> None:
         self.bb = relax.BlockBuilder()
         self.splits = splits
         self.placed = placed
@@ -287,7 +287,7 @@ class _Distributor:
         # transpose, a flatten to a matmul's rows): run on each cluster that reads them, from
         # the input there, rather than on one cluster that sends them.
         self.views: dict[relax.Var, relax.Call] = {}
-        self.params: set[relax.Var] = set()  # the model inputs
+        self.params = set(params)  # the model inputs
 
     # -- emitting ------------------------------------------------------------------------------
 
@@ -1826,8 +1826,7 @@ def _distribute(mod: tvm.IRModule, splits: Sequence[DistributedSplit],
             "DistributeTensors needs 'main' as one dataflow block (as from_onnx makes it), "
             f"got {len(blocks)} block(s)"
         )
-    dist = _Distributor(plan, placed or {}, home, topology, centred_rows)
-    dist.params = set(main.params)
+    dist = _Distributor(plan, placed or {}, home, topology, centred_rows, main.params)
     for binding in blocks[0].bindings:
         for var in relax.analysis.free_vars(binding.value):
             dist.users.setdefault(var, []).append(binding)
