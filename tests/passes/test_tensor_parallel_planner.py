@@ -327,16 +327,52 @@ def test_a_batch_1_plan_is_judged_with_its_row_bands_centred_and_even(even_faste
     rows = Placement("manual", (0,) * 4, (0,) * 4, (0,),
                      splits=(OpSplit(0, "rows", tuple(range(8))),))
     cycles = simulate_placement(p, rows, 1, as_built=True).total_cycles
-    kept = planner._with_row_bounds(p, rows, cycles)
+    kept, fastest = planner._with_row_bounds(p, rows, cycles)
     bounds = kept.notes["row_bounds_simulated_cycles"]
+    assert fastest == min(bounds.values())
     assert (bounds["even"] < bounds["centred"]) == even_faster
     assert kept.even_rows == even_faster
     assert Placement.from_dict(kept.to_dict()).even_rows == even_faster
     # Without a conv split by rows (op 1 by output channels) both realise alike: not judged.
     channels = dataclasses.replace(rows, splits=(OpSplit(1, "out_channels", tuple(range(8))),))
-    assert planner._with_row_bounds(p, channels, cycles) is channels
+    assert planner._with_row_bounds(p, channels, cycles) == (channels, cycles)
     # The planner judges its batch-1 plan so; a plan for many inputs keeps centred bounds.
     assert "row_bounds_simulated_cycles" not in TensorParallelPlanner(batches=4).plan(p).notes
+
+
+@pytest.mark.parametrize("bands_faster", [True, False])
+def test_attention_projections_in_few_bands_are_judged_in_more(bands_faster):
+    # op 0 projects (rows by columns), op 1 reshapes to 2 heads, op 2 is attention's scores
+    # (a matmul of activations). In 2 bands of 8 slices attention would run on 2 x 2 of the
+    # 16 clusters: the plan is also simulated in 4 bands of 4 and 8 bands of 2. Here it
+    # realises op 2 at 8 times its work unless the projection has more bands (or, the other
+    # way round, unless it keeps its 2), and the faster is kept.
+    graph = make_graph([(4e9, 40_000, 400_000), (0, 40_000, 0), (8e9, 40_000, 0),
+                        (1e5, 4000, 0)], [(0, 1), (1, 2), (2, 3)])
+    slower = make_graph([(4e9, 40_000, 400_000), (0, 40_000, 0), (64e9, 40_000, 0),
+                         (1e5, 4000, 0)], [(0, 1), (1, 2), (2, 3)])
+    system = mesh_system(4, 4, bandwidth=64.0)
+    base = PlanningProblem(graph, system, Topology(system),
+                           {0: {"rows": 64, "cols": 64}, 2: {"rows": 64, "cols": 64}},
+                           simulator=simulate_workload, follow_ops={2: 2})
+
+    def realise(placement):
+        more = placement.splits[0].dim != "tiles/8"
+        return (base.graph if more == bands_faster else slower), placement
+
+    p = dataclasses.replace(base, realise=realise)
+    few = Placement("manual", (0,) * 4, (0,) * 4, (0,),
+                    splits=(OpSplit(0, "tiles/8", tuple(range(16))),))
+    cycles = simulate_placement(p, few, 1, as_built=True).total_cycles
+    kept = TensorParallelPlanner(batches=1)._with_attention_bands(p, few, cycles)
+    tried = kept.notes["attention_bands_simulated_cycles"]
+    assert set(tried) == {"tiles/8", "tiles/4", "tiles/2"}
+    assert tried["tiles/8"] == cycles
+    assert kept.splits[0].dim == min(tried, key=tried.get)
+    assert (kept.splits[0].dim != "tiles/8") == bands_faster
+    # In 8 bands of 2 slices attention runs on all 16: not judged.
+    many = dataclasses.replace(few, splits=(OpSplit(0, "tiles/2", tuple(range(16))),))
+    assert TensorParallelPlanner(batches=1)._with_attention_bands(p, many, cycles) is many
 
 
 def test_1d_splits_are_judged_with_their_clusters_in_snake_order():
