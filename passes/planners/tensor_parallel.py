@@ -378,11 +378,11 @@ class TensorParallelPlanner:
                          cycles: float) -> Placement:
         """``placement`` (``cycles`` as built) or, if it simulates faster as built, the same
         with its row bands bounded evenly (:attr:`~.placement.Placement.even_rows`), not centred
-        on their input's. Centring keeps a band's reads to its own rows and halos after a
-        stride (MobileNetV2 int8 batch 1 on simba-6x6: 47.9 k cycles centred, 58.2 k even), but
-        moves bounds that the ops after it may not follow (ResNet-18 on the 16x16 mesh: 25.2 k
-        centred, 24.3 k even). Judged only when a conv is split by rows (alone or in 2-D):
-        without one, both realise alike."""
+        on their input's; with the kept plan's cycles as built. Centring keeps a band's reads
+        to its own rows and halos after a stride (MobileNetV2 int8 batch 1 on simba-6x6: 47.9 k
+        cycles centred, 58.2 k even), but moves bounds that the ops after it may not follow
+        (ResNet-18 on the 16x16 mesh: 25.2 k centred, 24.3 k even). Judged only when a conv is
+        split by rows (alone or in 2-D): without one, both realise alike."""
         if not any((split.dim == "rows" or tiles_by(split.dim) is not None)
                    and "out_channels" in problem.split_dims.get(split.op_id, {})
                    for split in placement.splits):
