@@ -8,14 +8,19 @@ import onnxruntime as ort
 import pytest
 
 import tvm_chiplet
+from tests.passes.test_distribute_tensors import module
+from tests.passes.test_unpack_projections import TOKENS, WIDTH, packed_attention
 from tests.tools.e2e import compile_run_and_compare
+from tvm_chiplet.build import planned_graph
 from tvm_chiplet.passes import ReduceGraph
 from tvm_chiplet.passes.analysis.extract_op_graph import extract_op_graph
 from tvm_chiplet.passes.analysis.lower_bound import lower_bound
+from tvm_chiplet.passes.pipeline import prepare_splits
 from tvm_chiplet.passes.planners import TensorParallelPlanner
 from tvm_chiplet.passes.planners.evaluate import simulate_placement
 from tvm_chiplet.passes.planners.placement import OpSplit, Placement
 from tvm_chiplet.targets.system_toml import load_system
+from tvm_chiplet.targets.target import parse_target
 from tvm_chiplet.tools import models
 from tvm_chiplet.tools.frontends import load_model
 from tvm_chiplet.tools.tvmc import main
@@ -37,13 +42,28 @@ def test_split_strategies_match_onnxruntime(tmp_path, capsys, name, preset, stra
     # assembly, whose pieces the device writes in place (no bytes moved on its cluster).
     assembled = [t for t in plan["tasks"] if t["name"].startswith("concatenate")]
     assert assembled and all(t["bytes_moved"] == 0 for t in assembled)
-    # The estimate's bound is the model's, not that of the split parts (smaller ops whose
-    # critical path is no bound for the model).
+    # The estimate's bound is the model's as planned, not that of the split parts (smaller ops
+    # whose critical path is no bound for the model).
     system = load_system(preset)
-    graph = extract_op_graph(ReduceGraph()(load_model(models.get_model(name))),
+    graph = extract_op_graph(ReduceGraph()(prepare_splits()(load_model(models.get_model(name)))),
                              system.device_dtype)
     bound = lower_bound(graph, system, 1, weights_preloaded=True, io_in_dram=False)
     assert plan["estimate"][0]["bound_cycles"] == pytest.approx(bound.bound_cycles)
+
+
+def test_a_split_plan_is_bounded_on_the_graph_it_was_planned_on():
+    # torch's packed Q/K/V projection: one op on the imported graph's critical path, three
+    # parallel ones once unpacked for planning, which is what runs: the bound is that graph's.
+    mod = module(packed_attention, (TOKENS, 1, WIDTH))
+    target = parse_target("chiplet/mesh-4x4")
+    planned = planned_graph(mod, target)
+    assert len(planned.ops) == len(extract_op_graph(ReduceGraph()(prepare_splits()(mod))).ops)
+
+    def bound(graph):
+        return lower_bound(graph, target.system, 1, weights_preloaded=True,
+                           io_in_dram=False).bound_cycles
+
+    assert bound(planned) < bound(extract_op_graph(ReduceGraph()(mod)))
 
 
 MESH_8X8 = Path(__file__).parents[2] / "tools" / "bench" / "systems" / "mesh-8x8.toml"
