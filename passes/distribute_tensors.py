@@ -84,6 +84,7 @@ from tvm_chiplet.passes.planners.placement import (
     tiles_by,
 )
 from tvm_chiplet.passes.reduce_graph import ReduceGraph
+from tvm_chiplet.passes.rewrite_calls import is_view
 from tvm_chiplet.passes.split_operators import (
     AnchorInfo,
     AnchorSplit,
@@ -143,11 +144,6 @@ _REDUCE_OPS = frozenset(
     ("relax.mean", "relax.sum", "relax.max", "relax.min", "relax.prod", "relax.variance")
 )
 _AXIS_OPS = frozenset(("relax.nn.softmax", "relax.nn.log_softmax"))
-_VIEW_OPS = frozenset(
-    ("relax.reshape", "relax.permute_dims", "relax.expand_dims", "relax.squeeze")
-)
-"""Ops that only rearrange their operand's elements: of a model input, :class:`_Distributor`
-runs one where it is read, as the input itself is (``_Distributor.views``)."""
 
 
 @dataclass(frozen=True)
@@ -747,8 +743,7 @@ class _Distributor:
     def _view_of_input(self, value: relax.Expr) -> bool:
         """Whether ``value`` only rearranges a model input that has no layout (or such a
         rearrangement of one): :attr:`views`."""
-        if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
-                and value.op.name in _VIEW_OPS):
+        if not is_view(value):
             return False
         data = self.resolve(value.args[0])
         return isinstance(data, relax.Var) and (data in self.views or (

@@ -8,7 +8,8 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from tvm_chiplet.passes.split_operators import static_shape
+from tvm_chiplet.passes.rewrite_calls import main_values, value_users
+from tvm_chiplet.passes.split_operators import known_shape, static_shape
 
 _MATMUL = tvm.ir.Op.get("relax.matmul")
 _RESHAPE = tvm.ir.Op.get("relax.reshape")
@@ -42,12 +43,8 @@ class FlattenMatmulRows:
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         if "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
             return mod
-        values = {binding.var: binding.value for block in mod["main"].body.blocks
-                  for binding in block.bindings}
-        users: dict[relax.Var, list[relax.Var]] = {}
-        for var, value in values.items():
-            for operand in relax.analysis.free_vars(value):
-                users.setdefault(operand, []).append(var)
+        values = main_values(mod)
+        users = value_users(values)
         chains = {}
         for var, value in values.items():
             if _one_row_matmul(var, value):
@@ -68,8 +65,8 @@ def _one_row_matmul(var: relax.Var, value: relax.Expr) -> bool:
     if not (isinstance(var, relax.DataflowVar) and isinstance(value, relax.Call)
             and value.op.same_as(_MATMUL)):
         return False
-    x, w = (static_shape(arg) for arg in value.args)
-    return (x is not None and w is not None and None not in x and None not in w
+    x, w = (known_shape(arg) for arg in value.args)
+    return (x is not None and w is not None
             and len(x) >= 3 and len(w) == 2 and x[-2] == 1 and math.prod(x[:-2]) > 1)
 
 

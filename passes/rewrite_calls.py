@@ -1,4 +1,5 @@
-"""Rewrite the calls of one operator in ``main``: the shared walk of the graph-rewrite passes."""
+"""Rewrite the calls of one operator in ``main``: the shared walk of the graph-rewrite passes,
+and the look-ups of ``main``'s values they share."""
 
 from __future__ import annotations
 
@@ -7,6 +8,32 @@ from collections.abc import Callable
 import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
+
+VIEW_OPS = frozenset(
+    ("relax.reshape", "relax.permute_dims", "relax.expand_dims", "relax.squeeze")
+)
+"""Ops that only rearrange their operand's elements (no arithmetic)."""
+
+
+def is_view(value: relax.Expr) -> bool:
+    """Whether ``value`` is a call of one of :data:`VIEW_OPS`."""
+    return (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
+            and value.op.name in VIEW_OPS)
+
+
+def main_values(mod: tvm.IRModule) -> dict[relax.Var, relax.Expr]:
+    """The value bound to each Var of ``main``, in binding order over its blocks."""
+    return {binding.var: binding.value for block in mod["main"].body.blocks
+            for binding in block.bindings}
+
+
+def value_users(values: dict[relax.Var, relax.Expr]) -> dict[relax.Var, list[relax.Var]]:
+    """The Vars of ``values`` (:func:`main_values`) whose values read each Var, in order."""
+    users: dict[relax.Var, list[relax.Var]] = {}
+    for var, value in values.items():
+        for operand in relax.analysis.free_vars(value):
+            users.setdefault(operand, []).append(var)
+    return users
 
 
 def rewrite_calls(mod: tvm.IRModule, op: tvm.ir.Op,

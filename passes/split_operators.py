@@ -85,6 +85,12 @@ def static_shape(expr: relax.Expr) -> list[int | None] | None:
     return [int(d) if isinstance(d, tvm.tirx.IntImm) else None for d in shape.values]
 
 
+def known_shape(expr: relax.Expr) -> tuple[int, ...] | None:
+    """:func:`static_shape` when every dimension is known, else None."""
+    shape = static_shape(expr)
+    return None if shape is None or None in shape else tuple(shape)
+
+
 def _conv2d_dims(call: relax.Call) -> dict[str, int]:
     attrs = call.attrs
     layouts = (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout))

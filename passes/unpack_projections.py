@@ -11,15 +11,13 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from tvm_chiplet.passes.distribute_tensors import prepare_for_splits
-from tvm_chiplet.passes.split_operators import static_shape
+from tvm_chiplet.passes.rewrite_calls import is_view, main_values, value_users
+from tvm_chiplet.passes.split_operators import known_shape
 
 _MATMUL = tvm.ir.Op.get("relax.matmul")
 _ADD = tvm.ir.Op.get("relax.add")
 _TAKE = tvm.ir.Op.get("relax.take")
 _PERMUTE = tvm.ir.Op.get("relax.permute_dims")
-_RESHAPES = tuple(tvm.ir.Op.get(name) for name in (
-    "relax.reshape", "relax.expand_dims", "relax.squeeze"))
-"""Ops that only reshape their operand (the order of its elements kept)."""
 
 
 @tvm.transform.module_pass(opt_level=0, name="UnpackProjections")
@@ -49,12 +47,12 @@ class UnpackProjections:
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         if "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
             return mod
-        values = _values(mod)
+        values = main_values(mod)
         if not any(_source(value, values) is not None for value in values.values()
                    if isinstance(value, relax.Call) and value.op.same_as(_TAKE)):
             return mod  # no take of a projection: nothing to fold first
         prepared = prepare_for_splits(mod)
-        values = _values(prepared)
+        values = main_values(prepared)
         parts = {}
         for var, value in values.items():
             if (isinstance(var, relax.DataflowVar) and isinstance(value, relax.Call)
@@ -62,10 +60,7 @@ class UnpackProjections:
                 part = _taken_part(value, values)
                 if part is not None:
                     parts[var] = part
-        users: dict[relax.Var, list[relax.Var]] = {}
-        for var, value in values.items():
-            for operand in relax.analysis.free_vars(value):
-                users.setdefault(operand, []).append(var)
+        users = value_users(values)
         # Only where every use of the packed output is a take rewritten: else the packed matmul
         # would run beside its parts.
         parts = {var: part for var, part in parts.items()
@@ -90,18 +85,6 @@ class _Part:
     root: relax.Var  # the packed projection's output
 
 
-def _static(expr: relax.Expr) -> tuple[int, ...] | None:
-    """:func:`~.split_operators.static_shape` when every dimension is known, else None."""
-    shape = static_shape(expr)
-    return None if shape is None or None in shape else tuple(shape)
-
-
-def _values(mod: tvm.IRModule) -> dict:
-    """The value bound to each Var of ``main``."""
-    return {binding.var: binding.value for block in mod["main"].body.blocks
-            for binding in block.bindings}
-
-
 def _source(take: relax.Call, values: dict) -> tuple[list, relax.Var, tuple] | None:
     """``(chain, root, projection)``: the calls from ``take`` back to a constant-weight
     projection (take first), the projection's output and :func:`_projection` of it; None
@@ -111,7 +94,7 @@ def _source(take: relax.Call, values: dict) -> tuple[list, relax.Var, tuple] | N
         call = values[value]
         if call.op.same_as(_ADD) or call.op.same_as(_MATMUL):
             break
-        if not (call.op.same_as(_PERMUTE) or any(call.op.same_as(op) for op in _RESHAPES)):
+        if not is_view(call):
             return None
         chain.append(call)
         value = call.args[0]
@@ -128,8 +111,8 @@ def _taken_part(take: relax.Call, values: dict) -> _Part | None:
             or index.value.numpy().ndim != 0):
         return None
     chain, value, (x, weight, bias, bias_first) = source
-    shape = _static(value)
-    if shape is None or any(_static(call) is None for call in chain):
+    shape = known_shape(value)
+    if shape is None or any(known_shape(call) is None for call in chain):
         return None
     # Carry each output element's index through the chain; the take must pick one block of
     # whole columns, in order.
@@ -142,7 +125,7 @@ def _taken_part(take: relax.Call, values: dict) -> _Part | None:
         elif call.op.same_as(_TAKE):
             picked = np.take(picked, int(index.value.numpy()), axis=int(call.attrs.axis))
         else:
-            picked = picked.reshape(_static(call))
+            picked = picked.reshape(known_shape(call))
     columns = shape[-1]
     width = picked.size * columns // ids.size
     first = int(picked.flat[0]) % columns if picked.size else 0
@@ -171,8 +154,7 @@ def _taken_apart(root: relax.Var, parts: dict, users: dict, values: dict) -> boo
             call = values[user]
             if user in parts:
                 continue
-            if not isinstance(call, relax.Call) or not (
-                    call.op.same_as(_PERMUTE) or any(call.op.same_as(op) for op in _RESHAPES)):
+            if not is_view(call):
                 return False
             stack.append(user)
     return bool(users.get(root))
@@ -187,17 +169,17 @@ def _projection(value: relax.Expr, values: dict) -> tuple | None:
         left, right = call.args
         bias_first = isinstance(left, tvm.ir.expr.Constant)
         bias, product = (left, right) if bias_first else (right, left)
-        if not isinstance(bias, tvm.ir.expr.Constant) or _static(bias) is None \
-                or len(_static(bias)) != 1:
+        if not isinstance(bias, tvm.ir.expr.Constant) or known_shape(bias) is None \
+                or len(known_shape(bias)) != 1:
             return None
         call = values.get(product) if isinstance(product, relax.Var) else None
     if not (isinstance(call, relax.Call) and call.op.same_as(_MATMUL)):
         return None
     x, weight = call.args
-    if not isinstance(weight, tvm.ir.expr.Constant) or _static(weight) is None \
-            or len(_static(weight)) != 2:
+    if not isinstance(weight, tvm.ir.expr.Constant) or known_shape(weight) is None \
+            or len(known_shape(weight)) != 2:
         return None
-    if bias is not None and _static(bias)[0] != _static(weight)[1]:
+    if bias is not None and known_shape(bias)[0] != known_shape(weight)[1]:
         return None
     return x, weight, bias, bias_first
 
