@@ -364,15 +364,51 @@ def test_attention_projections_in_few_bands_are_judged_in_more(bands_faster):
     few = Placement("manual", (0,) * 4, (0,) * 4, (0,),
                     splits=(OpSplit(0, "tiles/8", tuple(range(16))),))
     cycles = simulate_placement(p, few, 1, as_built=True).total_cycles
-    kept = TensorParallelPlanner(batches=1)._with_attention_bands(p, few, cycles)
+    kept, kept_cycles = TensorParallelPlanner(batches=1)._with_attention_bands(p, few, cycles)
     tried = kept.notes["attention_bands_simulated_cycles"]
     assert set(tried) == {"tiles/8", "tiles/4", "tiles/2"}
+    assert kept_cycles == min(tried.values())
     assert tried["tiles/8"] == cycles
     assert kept.splits[0].dim == min(tried, key=tried.get)
     assert (kept.splits[0].dim != "tiles/8") == bands_faster
     # In 8 bands of 2 slices attention runs on all 16: not judged.
     many = dataclasses.replace(few, splits=(OpSplit(0, "tiles/2", tuple(range(16))),))
-    assert TensorParallelPlanner(batches=1)._with_attention_bands(p, many, cycles) is many
+    assert TensorParallelPlanner(batches=1)._with_attention_bands(p, many, cycles)[0] is many
+
+
+@pytest.mark.parametrize("stationary_faster", [True, False])
+def test_2d_splits_of_pooled_weights_are_judged_along_their_channels(stationary_faster):
+    # Op 0's 12 MB of weights in 4 bands of 4 slices: each slice (3 MB) is held by 4 clusters
+    # of 2 MB SRAM, which pool it. The plan is also simulated with op 0 split along its output
+    # channels alone over the same clusters; here it realises op 1 at 8 times its work unless
+    # op 0 is (or, the other way round, unless it keeps its 2-D split), and the faster is kept.
+    graph = make_graph([(4e9, 40_000, 12_000_000), (8e9, 40_000, 0), (1e5, 4000, 0)],
+                       [(0, 1), (1, 2)])
+    slower = make_graph([(4e9, 40_000, 12_000_000), (64e9, 40_000, 0), (1e5, 4000, 0)],
+                        [(0, 1), (1, 2)])
+    system = mesh_system(4, 4, bandwidth=64.0)
+    base = PlanningProblem(graph, system, Topology(system),
+                           {0: {"out_channels": 64, "in_channels": 64, "rows": 64}},
+                           simulator=simulate_workload)
+
+    def realise(placement):
+        stationary = placement.splits[0].dim == "out_channels"
+        return (base.graph if stationary == stationary_faster else slower), placement
+
+    p = dataclasses.replace(base, realise=realise)
+    tiled = Placement("manual", (0,) * 3, (0,) * 3, (0,),
+                      splits=(OpSplit(0, "tiles/4", tuple(range(16))),))
+    cycles = simulate_placement(p, tiled, 1, as_built=True).total_cycles
+    kept = TensorParallelPlanner(batches=1)._with_stationary_weights(p, tiled, cycles)
+    tried = kept.notes["stationary_weights_simulated_cycles"]
+    assert list(tried) == ["as planned", "op0 (op 0) tiles/4 -> out_channels"]
+    assert tried["as planned"] == cycles
+    assert (kept.splits[0].dim == "out_channels") == stationary_faster
+    assert kept.splits[0].clusters == tiled.splits[0].clusters
+    # Weights that fit each cluster are not pooled: nothing is judged.
+    light = dataclasses.replace(p, graph=make_graph(
+        [(4e9, 40_000, 400_000), (8e9, 40_000, 0), (1e5, 4000, 0)], [(0, 1), (1, 2)]))
+    assert TensorParallelPlanner(batches=1)._with_stationary_weights(light, tiled, cycles) is tiled
 
 
 def test_1d_splits_are_judged_with_their_clusters_in_snake_order():
