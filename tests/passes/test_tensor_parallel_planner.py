@@ -312,7 +312,7 @@ def test_2d_splits_over_the_whole_grid_are_judged_with_their_bands_on_sub_meshes
 
 
 @pytest.mark.parametrize("even_faster", [True, False])
-def test_a_batch_1_plan_is_judged_with_its_row_bands_centred_and_even(even_faster):
+def test_a_batch_1_plan_is_judged_with_its_row_bands_centred_and_even(even_faster, monkeypatch):
     # The realiser bounds row bands as the placement says (Placement.even_rows); here the
     # plan realised one way runs op 1 at twice its work. The faster way is kept.
     slower = make_graph([(4e9, 40_000, 400_000), (16e9, 40_000, 800_000),
@@ -338,6 +338,9 @@ def test_a_batch_1_plan_is_judged_with_its_row_bands_centred_and_even(even_faste
     assert planner._with_row_bounds(p, channels, cycles) == (channels, cycles)
     # The planner judges its batch-1 plan so; a plan for many inputs keeps centred bounds.
     assert "row_bounds_simulated_cycles" not in TensorParallelPlanner(batches=4).plan(p).notes
+    # A plan that realises to more collective messages than are judged is kept as it is.
+    monkeypatch.setattr(tensor_parallel, "ROWS_JUDGED_MESSAGES", collective_messages(rows) - 1)
+    assert planner._with_row_bounds(p, rows, cycles) == (rows, cycles)
 
 
 @pytest.mark.parametrize("bands_faster", [True, False])
