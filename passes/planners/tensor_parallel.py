@@ -384,8 +384,8 @@ class TensorParallelPlanner:
         to its own rows and halos after a stride (MobileNetV2 int8 batch 1 on simba-6x6: 47.9 k
         cycles centred, 58.2 k even), but moves bounds that the ops after it may not follow
         (a 1-D audio net int8 batch 1 on simba-6x6: 2 211 cycles centred, 1 940 even; ResNet-18
-        on the 16x16 mesh: 25.2 k centred, 24.3 k even, before the guard below). Judged only when a
-        conv is split by rows (alone or in 2-D): without one, both realise alike; and only
+        on the 16x16 mesh, before the guard below: 25.2 k centred, 24.3 k even). Judged only
+        when a conv is split by rows (alone or in 2-D): without one, both realise alike; and only
         where the plan realises in seconds (:data:`ROWS_JUDGED_MESSAGES`): ResNet-50's batch-1
         plan on the 16x16 mesh realises in about a minute and a half, and even bounds gained
         0.1 % on it (46 135 cycles centred, 46 071 even)."""
@@ -448,17 +448,17 @@ class TensorParallelPlanner:
     def _with_stationary_weights(self, problem: PlanningProblem, placement: Placement,
                                  cycles: float) -> Placement:
         """``placement`` (``cycles`` as built) or, if it simulates faster as built, the same
-        with 2-D splits whose weights the device pools split along their output channels
-        (columns) alone, over the same clusters: each cluster then holds its slice of the
-        weights and reads the whole input, where a 2-D split's row bands each hold the slice
-        and fetch the other bands' stripes of it at run time, beside the activations' traffic.
+        with some of its 2-D splits split along their output channels (columns) alone, over the
+        same clusters: each cluster then holds its slice of the weights and reads the whole
+        input. A 2-D split's row bands each hold the slice; where the device pools them, each
+        band fetches the other bands' stripes of it at run time, beside the activations' traffic.
         The estimate costs those fetches as coming in over all the cluster's links with no
         other traffic, and misjudges some of them (torchvision's ResNet-50 int8 batch 1 on
         simba-6x6: 343.7 k cycles with a 1x1 conv of layer4 in 2 bands of 18 slices, 312.9 k
         with it in 36 slices). The :data:`STATIONARY_TRIED` splits that fetch the most bytes
         each (its weights less its stripe; the later split first among equals) are judged one
-        after another, each kept if faster; only where the device pools replicas, and where the
-        plan realises in seconds (:data:`ROWS_JUDGED_MESSAGES`)."""
+        after another, each kept if faster; only where the device pools some replicas of the
+        plan, and where the plan realises in seconds (:data:`ROWS_JUDGED_MESSAGES`)."""
         if collective_messages(placement) > ROWS_JUDGED_MESSAGES or not replica_groups(
                 placement_items(problem, placement), problem.system):
             return placement
