@@ -362,15 +362,13 @@ class TensorParallelPlanner:
                 candidates[name] = dataclasses.replace(placement, splits=splits)
         if len(candidates) == 1 and _snaked(problem, placement).splits == placement.splits:
             return placement
-        cycles = {name: float(simulate_placement(problem, candidate, self.batches,
-                                                 as_built=True).total_cycles)
+        cycles = {name: self._built_cycles(problem, candidate)
                   for name, candidate in candidates.items()}
         pick = min(cycles, key=cycles.get)
         snaked = _snaked(problem, candidates[pick])
         if snaked.splits not in (c.splits for c in candidates.values()):
             name = f"{pick}, 1-D splits in snake order"
-            cycles[name] = float(simulate_placement(problem, snaked, self.batches,
-                                                    as_built=True).total_cycles)
+            cycles[name] = self._built_cycles(problem, snaked)
             if cycles[name] < cycles[pick]:
                 pick, candidates[name] = name, snaked
         return dataclasses.replace(candidates[pick], notes={
@@ -395,8 +393,7 @@ class TensorParallelPlanner:
                 for split in placement.splits):
             return placement, cycles
         even = dataclasses.replace(placement, even_rows=True)
-        bounds = {"centred": cycles, "even": float(simulate_placement(
-            problem, even, self.batches, as_built=True).total_cycles)}
+        bounds = {"centred": cycles, "even": self._built_cycles(problem, even)}
         kept = even if bounds["even"] < cycles else placement
         return dataclasses.replace(kept, notes={**kept.notes,
                                                 "row_bounds_simulated_cycles": bounds}), min(
@@ -438,8 +435,7 @@ class TensorParallelPlanner:
                            if k in few.get(index, ()) else split
                            for index, split in enumerate(placement.splits))
             candidate = dataclasses.replace(placement, splits=splits)
-            tried[tiles_dim(k)] = float(simulate_placement(problem, candidate, self.batches,
-                                                           as_built=True).total_cycles)
+            tried[tiles_dim(k)] = self._built_cycles(problem, candidate)
             if tried[tiles_dim(k)] < fastest:
                 best, fastest = candidate, tried[tiles_dim(k)]
         return dataclasses.replace(best, notes={**best.notes,
@@ -482,14 +478,18 @@ class TensorParallelPlanner:
                 dataclasses.replace(split, dim=channels) if i == index else other
                 for i, other in enumerate(best.splits)))
             name = f"{ops[split.op_id].name} (op {split.op_id}) {split.dim} -> {channels}"
-            tried[name] = float(simulate_placement(problem, candidate, self.batches,
-                                                   as_built=True).total_cycles)
+            tried[name] = self._built_cycles(problem, candidate)
             if tried[name] < fastest:
                 best, fastest = candidate, tried[name]
         if not tried:
             return placement
         return dataclasses.replace(best, notes={
             **best.notes, "stationary_weights_simulated_cycles": {"as planned": cycles, **tried}})
+
+    def _built_cycles(self, problem: PlanningProblem, placement: Placement) -> float:
+        """Cycles of the planner's inputs with ``placement`` realised and simulated as built."""
+        return float(simulate_placement(problem, placement, self.batches,
+                                        as_built=True).total_cycles)
 
     def _judge(self, problem: PlanningProblem, placement: Placement) -> tuple[Placement, float]:
         """``placement`` simulated as built for the planner's inputs, with its streamed
@@ -504,8 +504,7 @@ class TensorParallelPlanner:
         if not placement.weight_pool and not any(
                 streamed_bytes(built_items(problem, placement), problem.system)):
             variants = [placement]  # nothing streams: both simulate alike
-        cycles = [float(simulate_placement(problem, variant, self.batches,
-                                           as_built=True).total_cycles)
+        cycles = [self._built_cycles(problem, variant)
                   for variant in variants]
         chosen = variants[int(np.argmin(cycles))]
         if self.batches == 1:
