@@ -1,16 +1,25 @@
 """FlattenMatmulRows: torch's sequence-first projections (one-row matrices) become matmuls of many
 rows, with the same numerics, so that their 2-D splits keep attention on every cluster."""
 
+import json
+
 import numpy as np
+import pytest
 from tvm import relax
 
 from tests.passes.test_distribute_tensors import const, crossings, module, run
-from tvm_chiplet.passes import FlattenMatmulRows
+from tvm_chiplet.passes import FlattenMatmulRows, ReduceGraph
 from tvm_chiplet.passes.distribute_tensors import DistributedSplit, distribute_and_reduce
 from tvm_chiplet.passes.pipeline import prepare_splits
+from tvm_chiplet.passes.plan_split_placement import PlanSplitPlacement, plan_splits, split_problem
+from tvm_chiplet.passes.planners.evaluate import simulate_placement
+from tvm_chiplet.passes.planners.placement import OpSplit, Placement
+from tvm_chiplet.runtime.device import simulate_workload
+from tvm_chiplet.targets.system_toml import load_system
 
 RNG = np.random.default_rng(0)
 TOKENS, WIDTH, HEADS = 16, 32, 2
+SYSTEM = load_system("mesh-4x4")
 
 
 def matmul_shapes(mod):
@@ -50,8 +59,8 @@ def test_one_row_projections_become_one_matmul_of_every_row_with_the_same_result
     adds = [b.value for block in flat["main"].body.blocks for b in block.bindings
             if isinstance(b.value, relax.Call) and b.value.op.name == "relax.add"]
     assert [[int(d) for d in a.ty.shape] for a in adds] == [[TOKENS, WIDTH]] * 3
-    # The models' pipeline applies it before planning splits.
-    assert matmul_shapes(prepare_splits()(mod)) == shapes
+    # The models' pipeline plans this form beside the module as prepared (plan_splits).
+    assert [TOKENS, 1, WIDTH] in matmul_shapes(prepare_splits()(mod))
 
 
 def test_matmuls_of_many_rows_or_by_activations_are_left_as_they_are():
@@ -88,3 +97,56 @@ def test_flat_projections_split_in_2d_run_sequence_first_attention_by_query_band
     context = [(tile, a, b) for a, b in ((0, 1), (1, 0), (2, 3), (3, 2))]
     assert sorted(crossings(reduced, clusters)) == sorted(
         heads + context + [(tile, c, 0) for c in (1, 2, 3)])
+
+
+class SplitFirstAnchor:
+    """Splits the first splittable anchor along its first split dim over clusters 1 and 2."""
+
+    name = "split-first"
+
+    def plan(self, problem):
+        first = min(problem.split_dims)
+        n = len(problem.graph.ops)
+        return Placement(self.name, (0,) * n, (0,) * n, (0,),
+                         splits=(OpSplit(first, next(iter(problem.split_dims[first])), (1, 2)),))
+
+
+def test_sequence_first_attention_is_planned_flattened_and_not_and_the_faster_kept():
+    mod = module(sequence_first_attention, (TOKENS, 1, WIDTH))
+    flat = FlattenMatmulRows()(mod)
+    plan = plan_splits(mod, ReduceGraph()(mod), SYSTEM, SplitFirstAnchor(), simulate_workload)
+    cycles = plan.placement.notes["flatten_matmul_rows_simulated_cycles"]
+    assert set(cycles) == {"flattened", "as given"}
+    # Each form's plan, simulated as built alone, takes the cycles noted for it.
+    for name, form in (("as given", mod), ("flattened", flat)):
+        problem, _ = split_problem(form, ReduceGraph()(form), SYSTEM, simulate_workload)
+        placement = SplitFirstAnchor().plan(problem)
+        assert simulate_placement(problem, placement, 1, as_built=True).total_cycles == (
+            pytest.approx(cycles[name]))
+    kept = min(cycles, key=cycles.get)
+    assert matmul_shapes(plan.module) == matmul_shapes(flat if kept == "flattened" else mod)
+    assert plan.problem.graph.ops == split_problem(plan.module, plan.reduced, SYSTEM)[0].graph.ops
+    # Without a simulator nothing is judged: the flattened form is planned alone.
+    alone = plan_splits(mod, ReduceGraph()(mod), SYSTEM, SplitFirstAnchor())
+    assert matmul_shapes(alone.module) == matmul_shapes(flat)
+    assert "flatten_matmul_rows_simulated_cycles" not in alone.placement.notes
+
+
+def test_a_module_flattening_leaves_alone_is_planned_once():
+    def block(bb, x):
+        return relax.op.nn.relu(relax.op.matmul(x, const(WIDTH, WIDTH)))
+
+    mod = module(block, (1, TOKENS, WIDTH))
+    reduced = ReduceGraph()(mod)
+    plan = plan_splits(mod, reduced, SYSTEM, SplitFirstAnchor(), simulate_workload)
+    assert plan.module.same_as(mod) and plan.reduced.same_as(reduced)
+    assert "flatten_matmul_rows_simulated_cycles" not in plan.placement.notes
+
+
+def test_the_kept_form_of_sequence_first_attention_computes_what_the_model_does():
+    mod = module(sequence_first_attention, (TOKENS, 1, WIDTH))
+    after = PlanSplitPlacement(SYSTEM, "tensor-parallel", simulator=simulate_workload)(mod)
+    x = RNG.normal(size=(TOKENS, 1, WIDTH)).astype("float32")
+    np.testing.assert_allclose(run(after, [x]), run(mod, [x]), rtol=1e-4, atol=1e-4)
+    notes = json.loads(str(after.attrs["chiplet.placement"]))["notes"]
+    assert set(notes["flatten_matmul_rows_simulated_cycles"]) == {"flattened", "as given"}

@@ -23,12 +23,13 @@ import sys
 import time
 
 import onnx
+import tvm
 
 from tvm_chiplet.build import compare_to_bound
 from tvm_chiplet.passes import ReduceGraph, ReplicateDataParallel
 from tvm_chiplet.passes.analysis.extract_op_graph import extract_op_graph
 from tvm_chiplet.passes.pipeline import prepare_splits
-from tvm_chiplet.passes.plan_split_placement import split_problem
+from tvm_chiplet.passes.plan_split_placement import plan_splits, split_problem
 from tvm_chiplet.passes.planners import (
     PLANNERS,
     AutoPlanner,
@@ -93,22 +94,29 @@ def make_planners(names: list[str], batches: int, ilp_time_limit: float,
 
 def bench_strategy(
     planner: Planner, problem: PlanningProblem, batches: int, network: str,
-    samples_per_input: int = 1,
+    samples_per_input: int = 1, prepared: tuple[tvm.IRModule, tvm.IRModule] | None = None,
 ) -> dict:
     """Plan, then simulate one input (latency) and ``batches`` pipelined inputs (throughput).
 
     ``samples_per_input`` > 1 is for data-parallel graphs, whose one input carries that many
-    samples: throughput is then counted in samples per second. A placement that splits ops is
-    simulated as realised (``problem.realise``). Every strategy is compared with the bound of
-    the model's own op graph (a realised graph's parts are smaller ops, whose critical path is
-    no bound for the model).
+    samples: throughput is then counted in samples per second. ``prepared``: the prepared
+    module ``problem`` was made of and its reduction, planned as ``tvmc compile`` plans them
+    (:func:`~tvm_chiplet.passes.plan_split_placement.plan_splits`, which may plan another
+    form of it). A placement that splits ops is simulated as realised (``problem.realise``).
+    Every strategy is compared with the bound of the prepared module's op graph (a realised
+    graph's parts are smaller ops, whose critical path is no bound for the model).
     """
+    graph = problem.graph  # the prepared module's, as tvmc's summary takes it
     started = time.perf_counter()
-    placement = planner.plan(problem)
+    if prepared is None:
+        placement = planner.plan(problem)
+    else:
+        planned = plan_splits(*prepared, problem.system, planner, problem.simulator,
+                              problem=problem)
+        problem, placement = planned.problem, planned.placement
     plan_s = time.perf_counter() - started
     splits = len(placement.splits)
     notes = placement.notes
-    graph = problem.graph
     # Latency: one round (one input per copy, or a microbatch) against the bound of one input.
     single = compare_to_bound(simulate_placement(problem, placement, 1, network, as_built=True),
                               graph, problem.system, inputs=1)
@@ -254,7 +262,8 @@ def main(argv: list[str] | None = None) -> int:
                         if strategy == DataParallelPlanner.name:
                             row = bench_data_parallel(model_name, options, system, args)
                         else:
-                            row = bench_strategy(planner, problem, args.batches, args.network)
+                            row = bench_strategy(planner, problem, args.batches, args.network,
+                                                 prepared=(mod, reduced))
                     except PlanningError as err:
                         print(f"[strategies] {label} {preset} {dtype} {strategy}: skipped "
                               f"({err})")
