@@ -2,6 +2,7 @@
 
 import csv
 
+import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
@@ -50,3 +51,15 @@ def test_heldout_models_export_onnx_that_onnxruntime_runs(tmp_path):
     inputs = models.example_inputs(model)
     (out,) = ort.InferenceSession(model.SerializeToString()).run(None, inputs)
     assert out.shape == (1, 2, 128, 128)
+
+
+def test_heldout_encoders_are_exported_sequence_first(tmp_path):
+    # torch's nn.TransformerEncoder runs sequence first: at batch 1 its projections multiply
+    # one-row matrices, which PlanSplitPlacement plans flattened and as given.
+    assert export(["--models", "encoder-64", "--out", str(tmp_path)]) == 0
+    model = onnx.load(tmp_path / "encoder-64.onnx")
+    dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    assert dims == [16, 1, 64]
+    inputs = models.example_inputs(model)
+    (out,) = ort.InferenceSession(model.SerializeToString()).run(None, inputs)
+    assert out.shape == (16, 1, 64) and np.isfinite(out).all()

@@ -16,7 +16,10 @@ exports them (batch norms folded into the convs, torch's attention), at batch 1:
 - ``unet``: a small U-Net (transposed convs, skip concats);
 - ``vgg``: a VGG-style stack at 112x112 with a large classifier;
 - ``resnet50-torchvision``: torchvision's ResNet-50 layout;
-- ``bert-hf``: a BERT-base encoder in HuggingFace's layout (separate query, key and value).
+- ``bert-hf``: a BERT-base encoder in HuggingFace's layout (separate query, key and value);
+- ``encoder-64``, ``encoder-256``, ``encoder-512``: ``nn.TransformerEncoder`` stacks of that
+  width run sequence first (torch's default: one-row projections at batch 1): 2 layers of 16
+  tokens (feed-forward 128), 4 of 64 (1024) and 6 of 128 (2048).
 
 Weights are seeded; batch norms have non-trivial statistics so that folding them changes the
 convs.
@@ -233,6 +236,12 @@ def _builders():
                 x = layer(x, mask)
             return torch.tanh(self.pool(x[:, 0]))
 
+    def encoder(width, heads, hidden, layers):
+        def make():
+            layer = nn.TransformerEncoderLayer(width, heads, hidden, dropout=0.0)
+            return nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        return make
+
     image = (torch.randn(1, 3, 224, 224),)
     tokens = (torch.randint(0, 30522, (1, 128)), torch.ones(1, 128, dtype=torch.int64))
     return {
@@ -243,10 +252,14 @@ def _builders():
         "vgg": (VGG, (torch.randn(1, 3, 112, 112),), ["x"]),
         "resnet50-torchvision": (ResNet50, image, ["x"]),
         "bert-hf": (Bert, tokens, ["input_ids", "attention_mask"]),
+        "encoder-64": (encoder(64, 4, 128, 2), (torch.randn(16, 1, 64),), ["x"]),
+        "encoder-256": (encoder(256, 4, 1024, 4), (torch.randn(64, 1, 256),), ["x"]),
+        "encoder-512": (encoder(512, 8, 2048, 6), (torch.randn(128, 1, 512),), ["x"]),
     }
 
 
-MODELS = ["squeezenet", "efficientnet", "vit", "unet", "vgg", "resnet50-torchvision", "bert-hf"]
+MODELS = ["squeezenet", "efficientnet", "vit", "unet", "vgg", "resnet50-torchvision", "bert-hf",
+          "encoder-64", "encoder-256", "encoder-512"]
 
 
 def export(name: str, path: str) -> None:
