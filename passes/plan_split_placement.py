@@ -188,8 +188,9 @@ def plan_splits(mod: tvm.IRModule, reduced: tvm.IRModule, system: ChipletSystem,
     486 (width 64, 2 layers, 16 tokens, mesh-4x4). Both plans are simulated as built for the
     planner's inputs (its ``batches``, else one; the time of those inputs, whatever its
     objective), the faster kept, the cycles of each in its notes
-    (``"flatten_matmul_rows_simulated_cycles"``). Without a simulator, or when one form cannot
-    be planned, the other is kept (flattened first).
+    (``"flatten_matmul_rows_simulated_cycles"``). Without a simulator the flattened form is
+    planned alone; a form that cannot be planned leaves the other (if neither can, the error
+    of the module as given is raised).
     """
     problem = problem or split_problem(mod, reduced, system, simulator, target)[0]
     flat = FlattenMatmulRows()(mod)
@@ -201,15 +202,15 @@ def plan_splits(mod: tvm.IRModule, reduced: tvm.IRModule, system: ChipletSystem,
     if simulator is None:
         forms.pop("as given")
     plans: dict[str, SplitPlan] = {}
-    failed: PlanningError | None = None
+    failed: dict[str, PlanningError] = {}
     for name, (form, form_reduced, form_problem) in forms.items():
         try:
             plans[name] = SplitPlan(form, form_reduced, form_problem,
                                     planner.plan(form_problem))
         except PlanningError as err:
-            failed = failed or err
-    if not plans:
-        raise failed
+            failed[name] = err
+    if not plans:  # the error of the module as given names what the user wrote
+        raise failed.get("as given", failed["flattened"])
     batches = getattr(planner, "batches", 1)
     cycles = {name: float(simulate_placement(plan.problem, plan.placement, batches,
                                              as_built=True).total_cycles)

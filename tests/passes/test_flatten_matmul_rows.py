@@ -13,7 +13,7 @@ from tvm_chiplet.passes.distribute_tensors import DistributedSplit, distribute_a
 from tvm_chiplet.passes.pipeline import prepare_splits
 from tvm_chiplet.passes.plan_split_placement import PlanSplitPlacement, plan_splits, split_problem
 from tvm_chiplet.passes.planners.evaluate import simulate_placement
-from tvm_chiplet.passes.planners.placement import OpSplit, Placement
+from tvm_chiplet.passes.planners.placement import OpSplit, Placement, PlanningError
 from tvm_chiplet.runtime.device import simulate_workload
 from tvm_chiplet.targets.system_toml import load_system
 
@@ -130,6 +130,34 @@ def test_sequence_first_attention_is_planned_flattened_and_not_and_the_faster_ke
     alone = plan_splits(mod, ReduceGraph()(mod), SYSTEM, SplitFirstAnchor())
     assert matmul_shapes(alone.module) == matmul_shapes(flat)
     assert "flatten_matmul_rows_simulated_cycles" not in alone.placement.notes
+
+
+class RefusesGraphsOf:
+    """A planner that cannot plan graphs of ``ops`` ops, and splits the first anchor of others."""
+
+    name = "refuses"
+
+    def __init__(self, *ops):
+        self.ops = ops
+
+    def plan(self, problem):
+        if len(problem.graph.ops) in self.ops:
+            raise PlanningError(f"cannot plan {len(problem.graph.ops)} ops")
+        return SplitFirstAnchor().plan(problem)
+
+
+def test_a_form_that_cannot_be_planned_leaves_the_other_and_both_failing_name_the_models():
+    mod = module(sequence_first_attention, (TOKENS, 1, WIDTH))
+    reduced = ReduceGraph()(mod)
+    given = len(split_problem(mod, reduced, SYSTEM)[0].graph.ops)
+    flat = FlattenMatmulRows()(mod)
+    flattened = len(split_problem(flat, ReduceGraph()(flat), SYSTEM)[0].graph.ops)
+    assert given != flattened
+    plan = plan_splits(mod, reduced, SYSTEM, RefusesGraphsOf(flattened), simulate_workload)
+    assert plan.module.same_as(mod) and plan.placement.splits
+    assert "flatten_matmul_rows_simulated_cycles" not in plan.placement.notes
+    with pytest.raises(PlanningError, match=f"cannot plan {given} ops"):
+        plan_splits(mod, reduced, SYSTEM, RefusesGraphsOf(given, flattened), simulate_workload)
 
 
 def test_a_module_flattening_leaves_alone_is_planned_once():
