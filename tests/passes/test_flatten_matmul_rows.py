@@ -8,12 +8,13 @@ import pytest
 from tvm import relax
 
 from tests.passes.test_distribute_tensors import const, crossings, module, run
+from tests.passes.test_plan_split_placement import SplitFirstAnchor
 from tvm_chiplet.passes import FlattenMatmulRows, ReduceGraph
 from tvm_chiplet.passes.distribute_tensors import DistributedSplit, distribute_and_reduce
 from tvm_chiplet.passes.pipeline import prepare_splits
 from tvm_chiplet.passes.plan_split_placement import PlanSplitPlacement, plan_splits, split_problem
 from tvm_chiplet.passes.planners.evaluate import simulate_placement
-from tvm_chiplet.passes.planners.placement import OpSplit, Placement, PlanningError
+from tvm_chiplet.passes.planners.placement import PlanningError
 from tvm_chiplet.runtime.device import simulate_workload
 from tvm_chiplet.targets.system_toml import load_system
 
@@ -99,35 +100,23 @@ def test_flat_projections_split_in_2d_run_sequence_first_attention_by_query_band
         heads + context + [(tile, c, 0) for c in (1, 2, 3)])
 
 
-class SplitFirstAnchor:
-    """Splits the first splittable anchor along its first split dim over clusters 1 and 2."""
-
-    name = "split-first"
-
-    def plan(self, problem):
-        first = min(problem.split_dims)
-        n = len(problem.graph.ops)
-        return Placement(self.name, (0,) * n, (0,) * n, (0,),
-                         splits=(OpSplit(first, next(iter(problem.split_dims[first])), (1, 2)),))
-
-
 def test_sequence_first_attention_is_planned_flattened_and_not_and_the_faster_kept():
     mod = module(sequence_first_attention, (TOKENS, 1, WIDTH))
     flat = FlattenMatmulRows()(mod)
-    plan = plan_splits(mod, ReduceGraph()(mod), SYSTEM, SplitFirstAnchor(), simulate_workload)
+    plan = plan_splits(mod, ReduceGraph()(mod), SYSTEM, SplitFirstAnchor(None), simulate_workload)
     cycles = plan.placement.notes["flatten_matmul_rows_simulated_cycles"]
     assert set(cycles) == {"flattened", "as given"}
     # Each form's plan, simulated as built alone, takes the cycles noted for it.
     for name, form in (("as given", mod), ("flattened", flat)):
         problem, _ = split_problem(form, ReduceGraph()(form), SYSTEM, simulate_workload)
-        placement = SplitFirstAnchor().plan(problem)
+        placement = SplitFirstAnchor(None).plan(problem)
         assert simulate_placement(problem, placement, 1, as_built=True).total_cycles == (
             pytest.approx(cycles[name]))
     kept = min(cycles, key=cycles.get)
     assert matmul_shapes(plan.module) == matmul_shapes(flat if kept == "flattened" else mod)
     assert plan.problem.graph.ops == split_problem(plan.module, plan.reduced, SYSTEM)[0].graph.ops
     # Without a simulator nothing is judged: the flattened form is planned alone.
-    alone = plan_splits(mod, ReduceGraph()(mod), SYSTEM, SplitFirstAnchor())
+    alone = plan_splits(mod, ReduceGraph()(mod), SYSTEM, SplitFirstAnchor(None))
     assert matmul_shapes(alone.module) == matmul_shapes(flat)
     assert "flatten_matmul_rows_simulated_cycles" not in alone.placement.notes
 
@@ -143,7 +132,7 @@ class RefusesGraphsOf:
     def plan(self, problem):
         if len(problem.graph.ops) in self.ops:
             raise PlanningError(f"cannot plan {len(problem.graph.ops)} ops")
-        return SplitFirstAnchor().plan(problem)
+        return SplitFirstAnchor(None).plan(problem)
 
 
 def test_a_form_that_cannot_be_planned_leaves_the_other_and_both_failing_name_the_models():
@@ -166,7 +155,7 @@ def test_a_module_flattening_leaves_alone_is_planned_once():
 
     mod = module(block, (1, TOKENS, WIDTH))
     reduced = ReduceGraph()(mod)
-    plan = plan_splits(mod, reduced, SYSTEM, SplitFirstAnchor(), simulate_workload)
+    plan = plan_splits(mod, reduced, SYSTEM, SplitFirstAnchor(None), simulate_workload)
     assert plan.module.same_as(mod) and plan.reduced.same_as(reduced)
     assert "flatten_matmul_rows_simulated_cycles" not in plan.placement.notes
 

@@ -46,15 +46,20 @@ class SplitSecondAnchorsInputChannels:
 
 
 class SplitFirstAnchor:
-    """A planner that splits the first conv over clusters 1 and 2 and leaves the rest on 0."""
+    """A planner that splits the first anchor along ``dim`` (None: its first split dim) over
+    clusters 1 and 2 and leaves the rest on 0."""
 
     name = "split-first"
 
+    def __init__(self, dim: str | None = "out_channels") -> None:
+        self.dim = dim
+
     def plan(self, problem):
         first = min(problem.split_dims)
+        dim = self.dim or next(iter(problem.split_dims[first]))
         n = len(problem.graph.ops)
         return Placement(self.name, (0,) * n, (0,) * n, (0,),
-                         splits=(OpSplit(first, "out_channels", (1, 2)),),
+                         splits=(OpSplit(first, dim, (1, 2)),),
                          dram_policy="balanced", dram_shares=((1, 0, 1.0),))
 
 
