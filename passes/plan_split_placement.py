@@ -177,7 +177,7 @@ def plan_splits(mod: tvm.IRModule, reduced: tvm.IRModule, system: ChipletSystem,
     """Plan ``mod`` (prepared: :func:`~.pipeline.prepare_splits`; ``reduced`` is its
     ReduceGraph, ``problem`` its :func:`split_problem` if already made) with ``planner``, and
     the module FlattenMatmulRows makes of it where that differs, and keep the plan that
-    simulates faster as built.
+    simulates better as built.
 
     FlattenMatmulRows (torch's sequence-first projections as matmuls of many rows) lets the
     planners split a projection's tokens as rows and keep attention on every cluster, which
@@ -186,11 +186,12 @@ def plan_splits(mod: tvm.IRModule, reduced: tvm.IRModule, system: ChipletSystem,
     30.1 k against 54.8 k cycles flattened and not (width 256, 4 layers, 64 tokens, simba-6x6),
     but 432.2 k against 295.6 k (width 512, 6 layers, 128 tokens, simba-6x6) and 977 against
     486 (width 64, 2 layers, 16 tokens, mesh-4x4). Both plans are simulated as built for the
-    planner's inputs (its ``batches``, else one; the time of those inputs, whatever its
-    objective), the faster kept, the cycles of each in its notes
-    (``"flatten_matmul_rows_simulated_cycles"``). Without a simulator the flattened form is
-    planned alone; a form that cannot be planned leaves the other (if neither can, the error
-    of the module as given is raised).
+    planner's inputs (its ``batches``, else one; on its ``network``, else ``flow``) and judged
+    by the planner's ``cost`` of a simulated run where it has one (``auto``'s objective), else
+    by the time of those inputs; the better is kept, each one's cost in its notes
+    (``"flatten_matmul_rows_simulated"``). Without a simulator the flattened form is planned
+    alone; a form that cannot be planned leaves the other (if neither can, the error of the
+    module as given is raised).
     """
     problem = problem or split_problem(mod, reduced, system, simulator, target)[0]
     flat = FlattenMatmulRows()(mod)
@@ -211,14 +212,15 @@ def plan_splits(mod: tvm.IRModule, reduced: tvm.IRModule, system: ChipletSystem,
             failed[name] = err
     if not plans:  # the error of the module as given names what the user wrote
         raise failed.get("as given", failed["flattened"])
-    batches = getattr(planner, "batches", 1)
-    cycles = {name: float(simulate_placement(plan.problem, plan.placement, batches,
-                                             as_built=True).total_cycles)
-              for name, plan in plans.items()} if len(plans) > 1 else {}
-    best = plans[min(cycles, key=cycles.get) if cycles else next(iter(plans))]
-    if not cycles:
-        return best
-    notes = {**best.placement.notes, "flatten_matmul_rows_simulated_cycles": cycles}
+    if len(plans) == 1:
+        return next(iter(plans.values()))
+    batches, network = getattr(planner, "batches", 1), getattr(planner, "network", "flow")
+    cost = getattr(planner, "cost", lambda sim: sim.total_cycles)
+    costs = {name: float(cost(simulate_placement(plan.problem, plan.placement, batches,
+                                                 network, as_built=True)))
+             for name, plan in plans.items()}
+    best = plans[min(costs, key=costs.get)]
+    notes = {**best.placement.notes, "flatten_matmul_rows_simulated": costs}
     return dataclasses.replace(best, placement=dataclasses.replace(best.placement, notes=notes))
 
 

@@ -90,8 +90,8 @@ class AutoPlanner:
         # Planners that take a cutoff run last, under the tightest one (a stable sort).
         return sorted(planners, key=lambda planner: hasattr(planner, "cutoff"))
 
-    def _cost(self, sim) -> float:
-        """The objective as a positive cost: lower is better."""
+    def cost(self, sim) -> float:
+        """The objective of a simulated run as a positive cost: lower is better."""
         if self.objective == "throughput":
             return 1.0 / max(sim.throughput_per_cycle, 1e-30)
         cycles = max(sim.total_cycles, 1e-9)  # time of the inputs, or latency
@@ -131,7 +131,7 @@ class AutoPlanner:
                     and not realised):
                 # Realising splits costs seconds to minutes; the estimate before realisation
                 # is optimistic, so a candidate it puts far behind the best cannot win.
-                estimate = self._cost(simulate_placement(problem, placement, self.batches,
+                estimate = self.cost(simulate_placement(problem, placement, self.batches,
                                                          self.network))
                 if estimate > PRUNE_FACTOR * best[0]:
                     rows.append({"strategy": planner.name, "pruned": (
@@ -140,11 +140,11 @@ class AutoPlanner:
                     continue
             if self.batches > 1:
                 placement, sim = fastest_microbatch(problem, placement, self.batches,
-                                                    self._cost, self.network)
+                                                    self.cost, self.network)
             else:
                 sim = simulate_placement(problem, placement, self.batches, self.network,
                                          as_built=True)
-            cost = self._cost(sim)
+            cost = self.cost(sim)
             row = {
                 "strategy": planner.name,
                 "cycles": float(sim.total_cycles),
