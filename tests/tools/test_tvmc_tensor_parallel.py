@@ -4,6 +4,7 @@ to end against onnxruntime."""
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 
@@ -22,6 +23,7 @@ from tvm_chiplet.passes.planners.placement import OpSplit, Placement
 from tvm_chiplet.targets.system_toml import load_system
 from tvm_chiplet.targets.target import parse_target
 from tvm_chiplet.tools import models
+from tvm_chiplet.tools.bench.heldout_models import main as export
 from tvm_chiplet.tools.frontends import load_model
 from tvm_chiplet.tools.tvmc import main
 
@@ -377,3 +379,20 @@ def test_a_concat_of_branches_and_a_gate_over_it_split_and_match_onnxruntime(tmp
     assert len(plan["clusters_used"]) >= 4
     ops = extract_op_graph(ReduceGraph()(load_model(model)), "int8").ops
     assert [op.name for op in ops if "multiply" in op.name] == ["multiply"]
+
+
+def test_sequence_first_torch_encoders_are_planned_in_both_forms_and_match_onnxruntime(
+        tmp_path, capsys):
+    # torch's nn.TransformerEncoder at batch 1 projects one-row matrices: tvmc plans them
+    # flattened and as given, keeps the plan that simulates faster, and says so.
+    assert export(["--models", "encoder-64", "--out", str(tmp_path)]) == 0
+    model = onnx.load(tmp_path / "encoder-64.onnx")
+    plan = compile_run_and_compare(tmp_path, model, "chiplet/mesh-4x4", "tensor-parallel",
+                                   extra=("--objective", "latency"))
+    forms = plan["placement"]["notes"]["flatten_matmul_rows_simulated"]
+    assert set(forms) == {"flattened", "as given"}
+    kept = min(forms, key=forms.get)
+    out = capsys.readouterr().out
+    assert "one-row projections planned flattened and as given" in out
+    assert f"): kept {kept}" in out
+    assert plan["estimate"][0]["simulated_cycles"] == pytest.approx(forms[kept])
