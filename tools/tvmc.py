@@ -98,7 +98,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
             f"{row['throughput_per_cycle'] * target.system.frequency_hz:.1f} inf/s steady"))
     forms = plan.get("placement", {}).get("notes", {}).get("flatten_matmul_rows_simulated")
     if forms:
-        print("  one-row projections planned flattened and as given (simulated "
+        print("  one-row projections planned flattened and as given (simulated, by the "
+              "planner's objective: "
               + ", ".join(f"{name} {value:,.0f}" for name, value in forms.items())
               + f"): kept {min(forms, key=forms.get)}")
     ilp = plan.get("placement", {}).get("notes", {})

@@ -132,7 +132,7 @@ class AutoPlanner:
                 # Realising splits costs seconds to minutes; the estimate before realisation
                 # is optimistic, so a candidate it puts far behind the best cannot win.
                 estimate = self.cost(simulate_placement(problem, placement, self.batches,
-                                                         self.network))
+                                                        self.network))
                 if estimate > PRUNE_FACTOR * best[0]:
                     rows.append({"strategy": planner.name, "pruned": (
                         f"estimated at {estimate / best[0]:.1f}x the best candidate's "
