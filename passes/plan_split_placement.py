@@ -193,15 +193,16 @@ def plan_splits(mod: tvm.IRModule, reduced: tvm.IRModule, system: ChipletSystem,
     alone; a form that cannot be planned leaves the other (if neither can, the error of the
     module as given is raised).
     """
-    problem = problem or split_problem(mod, reduced, system, simulator, target)[0]
     flat = FlattenMatmulRows()(mod)
+    if problem is None and (flat.same_as(mod) or simulator is not None):
+        problem = split_problem(mod, reduced, system, simulator, target)[0]
     if flat.same_as(mod):
         return SplitPlan(mod, reduced, problem, planner.plan(problem))
     flat_reduced = ReduceGraph(target)(flat)
     flat_problem, _ = split_problem(flat, flat_reduced, system, simulator, target)
-    forms = {"flattened": (flat, flat_reduced, flat_problem), "as given": (mod, reduced, problem)}
-    if simulator is None:
-        forms.pop("as given")
+    forms = {"flattened": (flat, flat_reduced, flat_problem)}
+    if simulator is not None:  # without one, the as-given form is neither planned nor judged
+        forms["as given"] = (mod, reduced, problem)
     plans: dict[str, SplitPlan] = {}
     failed: dict[str, PlanningError] = {}
     for name, (form, form_reduced, form_problem) in forms.items():

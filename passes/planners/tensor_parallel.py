@@ -459,7 +459,7 @@ class TensorParallelPlanner:
                 placement_items(problem, placement), problem.system):
             return placement
         ops = {op.op_id: op for op in problem.graph.ops}
-        fetched = {}
+        fetched, along = {}, {}  # by split index: bytes fetched, the dim of its channels
         for index, split in enumerate(placement.splits):
             dims = problem.split_dims.get(split.op_id, {})
             channels = tile_channels(dims)
@@ -469,11 +469,11 @@ class TensorParallelPlanner:
             if (tiles_by(split.dim) is not None and bands > 1 and block_dims(dims)
                     and dims.get(channels, 0) >= split.parts and ops[split.op_id].weight_bytes):
                 fetched[index] = ops[split.op_id].weight_bytes * (1.0 - 1.0 / bands)
+                along[index] = channels
         tried, best, fastest = {}, placement, cycles
         for index in sorted(fetched, key=lambda i: (fetched[i], i), reverse=True)[
                 :STATIONARY_TRIED]:
-            split = best.splits[index]
-            channels = tile_channels(problem.split_dims[split.op_id])
+            split, channels = best.splits[index], along[index]
             candidate = dataclasses.replace(best, splits=tuple(
                 dataclasses.replace(split, dim=channels) if i == index else other
                 for i, other in enumerate(best.splits)))
@@ -504,8 +504,7 @@ class TensorParallelPlanner:
         if not placement.weight_pool and not any(
                 streamed_bytes(built_items(problem, placement), problem.system)):
             variants = [placement]  # nothing streams: both simulate alike
-        cycles = [self._built_cycles(problem, variant)
-                  for variant in variants]
+        cycles = [self._built_cycles(problem, variant) for variant in variants]
         chosen = variants[int(np.argmin(cycles))]
         if self.batches == 1:
             return chosen, min(cycles)
