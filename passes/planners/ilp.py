@@ -37,7 +37,12 @@ from tvm_chiplet.passes.planners.base import PlanningProblem
 from tvm_chiplet.passes.planners.dram import fastest_dram
 from tvm_chiplet.passes.planners.evaluate import simulate_placement
 from tvm_chiplet.passes.planners.ilp_intervals import parked_values, solve_intervals, spill_cycles
-from tvm_chiplet.passes.planners.ilp_solvers import SOLVERS, SolveResult, make_solver
+from tvm_chiplet.passes.planners.ilp_solvers import (
+    SOLVERS,
+    SolveResult,
+    check_mip_gap,
+    make_solver,
+)
 from tvm_chiplet.passes.planners.pipeline_planner import PipelinePlanner
 from tvm_chiplet.passes.planners.placement import Placement, PlanningError
 from tvm_chiplet.passes.planners.tensor_parallel import TensorParallelPlanner
@@ -282,12 +287,10 @@ class IlpPlanner:
             raise PlanningError(
                 f"unknown stage model {stages!r}; valid stage models: {', '.join(STAGE_MODELS)}"
             )
-        if not (isinstance(mip_gap, int | float) and 0 <= mip_gap < 1):
-            raise PlanningError(f"mip_gap must be a relative gap in [0, 1), got {mip_gap!r}")
         self.stages = stages
         self.decompose = decompose
         self.splits = objective == "latency" if splits is None else splits
-        self.mip_gap = float(mip_gap)
+        self.mip_gap = check_mip_gap(mip_gap)
         self.objective = objective
         self.solver = solver
         self.time_limit = time_limit

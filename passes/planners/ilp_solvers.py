@@ -26,6 +26,27 @@ from tvm_chiplet.passes.planners.placement import PlanningError
 SOLVERS = ("cbc", "highs")
 
 
+@dataclass(frozen=True)
+class LateGap:
+    """A looser gap for long solves: once a solve has run ``after`` seconds, it stops at the
+    first plan within relative ``gap`` of its proven bound (status :data:`WITHIN_LATE_GAP`).
+    HiGHS only: CBC runs to its own gap or time limit."""
+
+    after: float
+    gap: float
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.after, int | float) and math.isfinite(self.after)
+                and self.after >= 0):
+            raise PlanningError(f"a late gap's seconds must be a number >= 0, got {self.after!r}")
+        check_mip_gap(self.gap)
+
+
+WITHIN_LATE_GAP = "Within late gap"
+"""Status of a HiGHS solve that :class:`LateGap` stopped: a plan within its gap, unproven
+beyond it."""
+
+
 @dataclass
 class SolveResult:
     """What one solve found: pulp's status name (or ours), the best bound, the objective."""
@@ -155,7 +176,8 @@ class _Highs:
     """HiGHS through highspy, in process (so Ctrl-C leaves no child behind)."""
 
     def __init__(
-        self, time_limit: float | None, msg: bool, warm_start: bool, mip_gap: float
+        self, time_limit: float | None, msg: bool, warm_start: bool, mip_gap: float,
+        late_gap: LateGap | None = None,
     ) -> None:
         if not pulp.HiGHS().available():
             raise PlanningError(
@@ -163,14 +185,19 @@ class _Highs:
                 "use solver='cbc' (bundled with pulp)"
             )
         self.time_limit, self.msg, self.warm_start = time_limit, msg, warm_start
-        self.mip_gap = mip_gap
+        self.mip_gap, self.late_gap = mip_gap, late_gap
 
     def solve(self, lp: pulp.LpProblem) -> SolveResult:
         import highspy
 
         if not self.msg:
             _swallow_banner()
-        warm = self.warm_start
+        warm, late = self.warm_start, self.late_gap
+
+        def settle(event) -> None:
+            out = event.data_out
+            if out.running_time >= late.after and out.mip_gap <= late.gap:
+                event.interrupt()
 
         class WarmHiGHS(pulp.HiGHS):
             def callSolver(self, lp: pulp.LpProblem) -> None:
@@ -179,6 +206,8 @@ class _Highs:
                     solution.col_value = [float(v.value()) for v in lp.variables()]
                     solution.value_valid = True
                     lp.solverModel.setSolution(solution)
+                if late is not None:
+                    lp.solverModel.cbMipInterrupt += settle
                 lp.solverModel.run()
 
         cmd = WarmHiGHS(msg=self.msg, timeLimit=self.time_limit, threads=1, gapRel=self.mip_gap)
@@ -188,6 +217,9 @@ class _Highs:
         status = pulp.LpStatus[lp.status]
         if lp.solverModel.getModelStatus() == highspy.HighsModelStatus.kTimeLimit:
             status = "Time limit"
+        elif late is not None and (
+                lp.solverModel.getModelStatus() == highspy.HighsModelStatus.kInterrupt):
+            status = WITHIN_LATE_GAP
         if info.primal_solution_status != 2:
             return SolveResult("Not Solved" if status != "Infeasible" else status, bound, None)
         return SolveResult(status, bound, pulp.value(lp.objective))
@@ -220,14 +252,26 @@ def _swallow_banner() -> None:
     _banner_swallowed = True
 
 
+def check_mip_gap(mip_gap: float) -> float:
+    """``mip_gap`` as a float; raises :class:`PlanningError` unless it is a relative gap in
+    ``[0, 1)``."""
+    if not (isinstance(mip_gap, int | float) and 0 <= mip_gap < 1):
+        raise PlanningError(f"mip_gap must be a relative gap in [0, 1), got {mip_gap!r}")
+    return float(mip_gap)
+
+
 def make_solver(
-    name: str, time_limit: float | None, msg: bool, warm_start: bool, mip_gap: float = 1e-4
+    name: str, time_limit: float | None, msg: bool, warm_start: bool, mip_gap: float = 1e-4,
+    late_gap: LateGap | None = None,
 ) -> _Cbc | _Highs:
     """The backend for solver ``name`` (one of :data:`SOLVERS`); raises if it is not installed.
 
-    ``mip_gap``: the relative gap between incumbent and bound at which the solver stops.
+    ``mip_gap``: the relative gap between incumbent and bound at which the solver stops;
+    ``late_gap``: a looser one for long solves (HiGHS only, :class:`LateGap`).
     """
-    return (_Cbc if name == "cbc" else _Highs)(time_limit, msg, warm_start, mip_gap)
+    if name == "cbc":
+        return _Cbc(time_limit, msg, warm_start, mip_gap)
+    return _Highs(time_limit, msg, warm_start, mip_gap, late_gap)
 
 
-__all__ = ["SOLVERS", "SolveResult", "make_solver"]
+__all__ = ["SOLVERS", "WITHIN_LATE_GAP", "LateGap", "SolveResult", "check_mip_gap", "make_solver"]

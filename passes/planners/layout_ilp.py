@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 import pulp
 
-from tvm_chiplet.passes.planners.ilp_solvers import make_solver
+from tvm_chiplet.passes.planners.ilp_solvers import LateGap, make_solver
 from tvm_chiplet.passes.planners.layouts import FOLLOW, FREE, CostWalk, Layout
 
 
@@ -142,12 +142,15 @@ def _classes(cost: np.ndarray) -> list[list[int]]:
 
 
 def solve_layouts(walk: CostWalk, options: dict[int, list], inputs: int = 1,
-                  solver: str = "highs", time_limit: float | None = 30.0) -> LayoutIlpResult:
+                  solver: str = "highs", time_limit: float | None = 30.0,
+                  mip_gap: float = 1e-4, late_gap: LateGap | None = None) -> LayoutIlpResult:
     """The choice of ``options`` (op -> its options, as tensor-parallel lists them) that
     minimises the program of the module docstring on ``walk``'s costs, for ``inputs`` inputs
-    one after another, pipelined over the tiles. Ops whose options include ``FOLLOW``
-    follow. When the solver finds no solution in ``time_limit`` seconds, the result has no
-    objective and the choice is every op's last option."""
+    one after another, pipelined over the tiles, to within relative ``mip_gap`` of its
+    optimum, or ``late_gap``'s once that has run long enough (:class:`~.ilp_solvers.LateGap`).
+    Ops whose options include ``FOLLOW`` follow. When the solver finds no solution in
+    ``time_limit`` seconds, the result has no objective and the choice is every op's last
+    option."""
     began = time.perf_counter()
     costs, problem = walk.costs, walk.costs.problem
     tiles = len(costs.first) - 1
@@ -250,7 +253,7 @@ def solve_layouts(walk: CostWalk, options: dict[int, list], inputs: int = 1,
             lp += busiest >= tile_cost[t], f"busiest_{t}"
         lp += pulp.lpSum(tile_cost) + (inputs - 1) * busiest
 
-    result = make_solver(solver, time_limit, False, False).solve(lp)
+    result = make_solver(solver, time_limit, False, False, mip_gap, late_gap).solve(lp)
     choice = dict(fixed)
     if result.has_solution(lp):
         for r, opts in decided.items():

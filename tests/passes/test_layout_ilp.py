@@ -11,8 +11,10 @@ from tvm_chiplet.passes.planners import (
     PlanningError,
     PlanningProblem,
     TensorParallelPlanner,
+    layout_ilp,
     tensor_parallel,
 )
+from tvm_chiplet.passes.planners.ilp_solvers import LateGap
 from tvm_chiplet.passes.planners.layout_ilp import LayoutIlpResult, solve_layouts
 from tvm_chiplet.targets.system_generators import mesh_system
 from tvm_chiplet.targets.topology import Topology
@@ -74,6 +76,39 @@ def test_tensor_parallel_with_the_program_reports_its_proof_and_simulates():
     assert placement.objective_cycles <= local.objective_cycles * (1 + 1e-6)
 
 
+def test_the_planners_gaps_reach_its_solver(monkeypatch):
+    gaps = []
+    real = layout_ilp.make_solver
+
+    def solver(name, time_limit, msg, warm_start, mip_gap=1e-4, late_gap=None):
+        gaps.append((mip_gap, late_gap))
+        return real(name, time_limit, msg, warm_start, mip_gap, late_gap)
+
+    monkeypatch.setattr(layout_ilp, "make_solver", solver)
+    p = chain_problem(clusters=4)
+    placement = TensorParallelPlanner(layouts=["grid"]).plan(p)
+    assert gaps and set(gaps) == {(1e-4, tensor_parallel.LATE_GAP)}
+    assert placement.notes["ilp"]["status"] == "Optimal"  # solved before the late gap's time
+    gaps.clear()
+    late = LateGap(after=2.0, gap=0.05)
+    TensorParallelPlanner(layouts=["grid"], mip_gap=0.0, late_gap=late).plan(p)
+    assert set(gaps) == {(0.0, late)}
+    gaps.clear()
+    TensorParallelPlanner(layouts=["grid"], late_gap=None).plan(p)
+    assert set(gaps) == {(1e-4, None)}
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"mip_gap": 1.0}, "mip_gap must be a relative gap in \\[0, 1\\), got 1.0"),
+    ({"mip_gap": "1%"}, "mip_gap must be a relative gap in \\[0, 1\\), got '1%'"),
+    ({"late_gap": 0.01}, "late_gap must be a LateGap\\(after=seconds, gap=fraction\\) or None, "
+                         "got 0.01"),
+])
+def test_gaps_that_are_no_fractions_are_refused(kwargs, message):
+    with pytest.raises(PlanningError, match=message):
+        TensorParallelPlanner(**kwargs)
+
+
 def test_an_unknown_search_is_refused():
     with pytest.raises(PlanningError, match="unknown search 'exhaustive'; valid searches: "
                                             "local, ilp"):
@@ -97,7 +132,7 @@ def test_one_input_is_planned_by_the_program_and_many_by_the_local_search(monkey
 def test_the_programs_time_limit_is_shared_by_the_layouts(monkeypatch):
     solved = []
 
-    def slow(walk, options, inputs, solver, time_limit):
+    def slow(walk, options, inputs, solver, time_limit, mip_gap, late_gap):
         solved.append(time_limit)
         return dataclasses.replace(solve_layouts(walk, options, inputs), seconds=7.0)
 
@@ -117,7 +152,7 @@ def test_the_whole_grid_is_searched_first_whatever_its_start(monkeypatch):
     # leave the whole grid's program (the largest) to be cut off.
     stages = []
 
-    def record(walk, options, inputs, solver, time_limit):
+    def record(walk, options, inputs, solver, time_limit, mip_gap, late_gap):
         stages.append(len(walk.costs.first) - 1)
         return solve_layouts(walk, options, inputs)
 
