@@ -84,7 +84,7 @@ from tvm_chiplet.passes.planners.placement import (
     tiles_by,
 )
 from tvm_chiplet.passes.reduce_graph import ReduceGraph
-from tvm_chiplet.passes.rewrite_calls import is_view
+from tvm_chiplet.passes.rewrite_calls import is_view, kernel_context, with_functions
 from tvm_chiplet.passes.split_operators import (
     AnchorInfo,
     AnchorSplit,
@@ -1911,7 +1911,8 @@ def lower_crossings(mod: tvm.IRModule, target: str | tvm.target.Target = "llvm"
     main = mod["main"]
     replace: dict[relax.Var, relax.Expr] = {}
     kernels: dict[tuple, tvm.ir.GlobalVar] = {}
-    builder = relax.BlockBuilder(mod)  # adds the kernels
+    context, functions = kernel_context(mod)
+    builder = relax.BlockBuilder(context)  # adds the kernels
 
     def call(key: tuple, make, name: str, args: list[relax.Expr], ty) -> relax.Call:
         if key not in kernels:
@@ -1943,8 +1944,8 @@ def lower_crossings(mod: tvm.IRModule, target: str | tvm.target.Target = "llvm"
             bindings.append(relax.VarBinding(binding.var, new_value))
         blocks.append(type(block)(bindings))
     body = relax.SeqExpr(blocks, _map_operands(main.body.body, lambda v: replace.get(v, v)))
-    return _with_main(builder.get() if kernels else mod, relax.Function(
-        main.params, body, main.ret_ty, main.is_pure, main.attrs))
+    return _with_main(with_functions(builder.get(), functions) if kernels else mod,
+                      relax.Function(main.params, body, main.ret_ty, main.is_pure, main.attrs))
 
 
 def _sliced_add_kernel(shape: tuple[int, ...], part_shape: tuple[int, ...], dtype: str,

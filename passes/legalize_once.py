@@ -6,11 +6,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import tvm
-import tvm_ffi
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from tvm_chiplet.passes.attrs import CALL_TIR
+from tvm_chiplet.passes.rewrite_calls import kernel_context, with_functions
+from tvm_chiplet.passes.structural_key import StructuralKey
 
 
 @dataclass(frozen=True)
@@ -52,11 +53,10 @@ class LegalizeOnce:
         self.select = select
 
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        legalizer = _Legalizer(mod, self.select)
-        for gvar, func in mod.functions_items():
-            if isinstance(func, relax.Function):
-                legalizer.builder_.update_func(gvar, legalizer.visit_expr(func))
-        return legalizer.builder_.get()
+        context, functions = kernel_context(mod)  # the builder adds the legalized PrimFuncs
+        legalizer = _Legalizer(context, self.select)
+        legalized = {gvar: legalizer.visit_expr(func) for gvar, func in functions.items()}
+        return with_functions(legalizer.builder_.get(), legalized)
 
 
 def _static_tensor_type(ty: relax.Type) -> bool:
@@ -70,7 +70,7 @@ class _Legalizer(PyExprMutator):
         super().__init__(mod)
         self.select = select
         self.lowered: dict[tuple, tuple[_Lowered, relax.GlobalVar] | None] = {}
-        self.tensors: dict[int, tuple | None] = {}  # type hash -> (shape, dtype), None: symbolic
+        self.tensors: dict[StructuralKey, tuple | None] = {}  # None: a symbolic shape
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)
@@ -97,36 +97,36 @@ def _is_scalar_const(arg: relax.Expr) -> bool:
     return isinstance(arg, tvm.ir.GenericConst) and not arg.ty.shape.values
 
 
-def _signature(call: relax.Call, tensors: dict[int, tuple | None]) -> tuple | None:
+def _signature(call: relax.Call, tensors: dict[StructuralKey, tuple | None]) -> tuple | None:
     """What the legalization of ``call`` depends on: the op, its attributes, the type of every
     tensor operand, and the value of every other operand; None if a tensor operand has no static
-    shape or another operand reads a variable. ``tensors`` caches each distinct tensor type's
-    (shape, dtype) by its structural hash (one call into TVM instead of one per dimension)."""
+    shape or another operand reads a variable. Each part is a :class:`StructuralKey` (equal
+    parts are structurally equal, not merely of equal hash); ``tensors`` caches each distinct
+    tensor type's part."""
 
     def tensor(ty: relax.Type) -> tuple | None:
-        key = tvm_ffi.structural_hash(ty)
+        key = StructuralKey(ty)
         if key not in tensors:
-            tensors[key] = (("tensor", tuple(int(d) for d in ty.shape.values), str(ty.dtype))
-                            if _static_tensor_type(ty) else None)
+            tensors[key] = ("tensor", key) if _static_tensor_type(ty) else None
         return tensors[key]
 
     def of(arg: relax.Expr):
         if isinstance(arg, relax.Tuple):
             fields = tuple(of(f) for f in arg.fields)
-            return None if None in fields else ("tuple", fields)
+            return None if any(f is None for f in fields) else ("tuple", fields)
         if _is_scalar_const(arg):
-            return ("value", tvm_ffi.structural_hash(arg))
+            return ("value", StructuralKey(arg))
         if isinstance(arg, (relax.Var, tvm.ir.GenericConst)):
             return tensor(arg.ty)
         if isinstance(arg.ty, relax.TensorType) or relax.analysis.free_vars(arg):
             return None
-        return ("value", tvm_ffi.structural_hash(arg))
+        return ("value", StructuralKey(arg))
 
     args = tuple(of(a) for a in call.args)
-    if None in args:
+    if any(a is None for a in args):
         return None
-    return (call.op.name, tvm_ffi.structural_hash(call.attrs) if call.attrs else 0,
-            tvm_ffi.structural_hash(list(call.ty_args)), args)
+    return (call.op.name, StructuralKey(call.attrs) if call.attrs else None,
+            StructuralKey(list(call.ty_args)), args)
 
 
 def _operands(call: relax.Call) -> list[relax.Expr]:

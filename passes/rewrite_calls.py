@@ -1,5 +1,5 @@
 """Rewrite the calls of one operator in ``main``: the shared walk of the graph-rewrite passes,
-and the look-ups of ``main``'s values they share."""
+the look-ups of ``main``'s values they share, and the context of a builder that adds kernels."""
 
 from __future__ import annotations
 
@@ -34,6 +34,29 @@ def value_users(values: dict[relax.Var, relax.Expr]) -> dict[relax.Var, list[rel
         for operand in relax.analysis.free_vars(value):
             users.setdefault(operand, []).append(var)
     return users
+
+
+def kernel_context(mod: tvm.IRModule) -> tuple[tvm.IRModule, dict[tvm.ir.GlobalVar,
+                                                                    relax.Function]]:
+    """``mod`` without its Relax functions, and those functions: the context of a
+    ``BlockBuilder`` that adds kernels (PrimFuncs) to ``mod``, whose result takes them back
+    (:func:`with_functions`). A builder hashes every function of its context when it first adds
+    one, and again each one it updates: 4 s each for a ``main`` of 167 k bindings."""
+    functions = dict(mod.functions_items())
+    context = tvm.IRModule({gvar: func for gvar, func in functions.items()
+                            if not isinstance(func, relax.Function)},
+                           attrs=mod.attrs, global_infos=mod.global_infos)
+    return context, {gvar: func for gvar, func in functions.items()
+                     if isinstance(func, relax.Function)}
+
+
+def with_functions(mod: tvm.IRModule, functions: dict[tvm.ir.GlobalVar, relax.BaseFunc]
+                   ) -> tvm.IRModule:
+    """``mod`` (a builder's result, see :func:`kernel_context`) with ``functions`` added or
+    replaced under their GlobalVars."""
+    for gvar, func in functions.items():
+        mod[gvar] = func
+    return mod
 
 
 def rewrite_calls(mod: tvm.IRModule, op: tvm.ir.Op,

@@ -57,6 +57,57 @@ def test_calls_of_one_signature_share_one_legalized_prim_func():
     np.testing.assert_array_equal(results[0], results[1])
 
 
+@pytest.mark.parametrize(("first", "second"), [
+    # Types that tvm_ffi.structural_hash maps to one value in TVM 0.27.
+    ((1, 3, 2, 56), (1, 3, 1, 1)),
+    ((1, 3, 4, 46), (1, 3, 1, 25)),
+])
+def test_calls_whose_types_hash_alike_keep_their_own_prim_funcs(first, second):
+    bb = relax.BlockBuilder()
+    a = relax.Var("a", relax.TensorType(first, "float32"))
+    b = relax.Var("b", relax.TensorType(second, "float32"))
+    with bb.function("main", [a, b]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.Tuple([bb.emit(relax.op.add(v, v)) for v in (a, b)]))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    with tvm.target.Target("llvm"):
+        once = LegalizeOnce()(mod)
+    tvm.ir.assert_structural_equal(once, legalize(mod))
+    inputs = [np.random.default_rng(0).normal(size=shape).astype("float32")
+              for shape in (first, second)]
+    results = [relax.VirtualMachine(tvm.compile(m, "llvm"), tvm.cpu())["main"](
+        *(tvm.runtime.tensor(x) for x in inputs)) for m in (once, mod)]
+    for got, want in zip(results[0], results[1], strict=True):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_every_relax_function_is_legalized_and_the_modules_infos_kept():
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((2, 8), "float32"))
+    with bb.function("helper", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.add(x, x))
+        bb.emit_func_output(out)
+    helper = bb.get().get_global_var("helper")
+    y = relax.Var("y", relax.TensorType((2, 8), "float32"))
+    with bb.function("main", [y]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.multiply(relax.Call(helper, [y]), y))
+        bb.emit_func_output(out)
+    mesh = relax.distributed.DeviceMesh((2,), [0, 1])
+    mod = bb.get().with_attr("note", "kept")
+    mod.update_global_info("mesh", [mesh])
+    with tvm.target.Target("llvm"):
+        once = LegalizeOnce()(mod)
+    tvm.ir.assert_structural_equal(once, legalize(mod))
+    ops = [b.value.op for name in ("helper", "main") for block in once[name].body.blocks
+           for b in block.bindings]
+    assert len(ops) == 3 and sum(op.same_as(CALL_TIR) for op in ops) == 2  # and helper's call
+    assert str(once.attrs["note"]) == "kept"
+    assert len(once.global_infos["mesh"]) == 1
+
+
 def test_select_limits_the_calls_legalized_and_the_input_is_not_mutated():
     mod = repeated_adds(2)
     snapshot = mod.script()
