@@ -10,6 +10,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from tvm_chiplet.passes.analysis.extract_op_graph import tensor_dims
 from tvm_chiplet.passes.attrs import PARTIAL_SUM
 from tvm_chiplet.passes.planners.placement import (
     REDUCTION_DIMS,
@@ -79,10 +80,10 @@ class AnchorSplit:
 def static_shape(expr: relax.Expr) -> list[int | None] | None:
     """Dimensions of a tensor-typed expression (``None`` where symbolic), or ``None`` if unknown."""
     ty = expr.ty
-    shape = getattr(ty, "shape", None)
-    if not isinstance(ty, relax.TensorType) or not isinstance(shape, relax.ShapeExpr):
+    if not isinstance(ty, relax.TensorType) or not isinstance(ty.shape, relax.ShapeExpr):
         return None
-    return [int(d) if isinstance(d, tvm.tirx.IntImm) else None for d in shape.values]
+    dims = tensor_dims(ty)
+    return None if dims is None else list(dims)
 
 
 def known_shape(expr: relax.Expr) -> tuple[int, ...] | None:

@@ -20,6 +20,7 @@ from tvm import relax
 
 from tvm_chiplet.passes.analysis.op_graph import OpGraph, OpNode
 from tvm_chiplet.passes.attrs import ATTR_IN_PLACE, CALL_TIR, is_partial_sum
+from tvm_chiplet.passes.structural_key import StructuralKey
 from tvm_chiplet.targets.system import DTYPE_BYTES, partial_sum_width
 
 # Kinds of the "op_pattern" attribute that relax.transform.AnnotateTIROpPattern writes.
@@ -35,17 +36,43 @@ class AnalysisError(ValueError):
     """The module does not have the form an analysis needs."""
 
 
-def _static_dims(ty: relax.TensorType, what: str) -> list[int]:
-    if ty.shape is None or not hasattr(ty.shape, "values"):
+_DIMS: dict[StructuralKey, tuple[int | None, ...] | None] = {}
+""":func:`tensor_dims` of each tensor type seen."""
+
+_DIMS_KEPT = 1 << 16
+"""Most types :data:`_DIMS` keeps (it starts over when full)."""
+
+_UNSEEN = object()
+
+
+def tensor_dims(ty: relax.TensorType) -> tuple[int | None, ...] | None:
+    """The dimensions of a tensor type (``None`` where symbolic), or ``None`` without a known
+    shape. Cached by the type (:class:`~tvm_chiplet.passes.structural_key.StructuralKey`): two
+    calls into TVM instead of one per dimension, which a split module's hundreds of thousands
+    of values pay many times over."""
+    key = StructuralKey(ty)
+    dims = _DIMS.get(key, _UNSEEN)
+    if dims is not _UNSEEN:
+        return dims
+    shape = ty.shape
+    dims = None if shape is None or not hasattr(shape, "values") else tuple(
+        int(d) if isinstance(d, tvm.tirx.IntImm) else None for d in shape.values)
+    if len(_DIMS) >= _DIMS_KEPT:
+        _DIMS.clear()
+    _DIMS[key] = dims
+    return dims
+
+
+def _static_dims(ty: relax.TensorType, what: str) -> tuple[int, ...]:
+    dims = tensor_dims(ty)
+    if dims is None:
         raise AnalysisError(f"{what} has no static shape ({ty}); give static input shapes")
-    dims = []
-    for dim in ty.shape.values:
-        if not isinstance(dim, tvm.tirx.IntImm):
-            raise AnalysisError(
-                f"{what} has a symbolic dimension {dim} ({ty}); give static input shapes, "
-                "e.g. --input-shapes \"x:[1,3,224,224]\""
-            )
-        dims.append(int(dim))
+    if None in dims:
+        symbolic = ty.shape.values[dims.index(None)]
+        raise AnalysisError(
+            f"{what} has a symbolic dimension {symbolic} ({ty}); give static input shapes, "
+            "e.g. --input-shapes \"x:[1,3,224,224]\""
+        )
     return dims
 
 
@@ -360,8 +387,9 @@ def extract_op_graph(mod: tvm.IRModule, device_dtype: str | None = None,
         if isinstance(value, relax.Call) and value.op.same_as(CALL_TIR):
             kind, name = "call_tir", value.args[0].name_hint
             flops = call_flops(mod, value, flop_cache)
-            weight_bytes = call_tir_weight_bytes(value, device_dtype)
-            weight_key = call_tir_weight_key(value)
+            if any(isinstance(arg, tvm.ir.GenericConst) for arg in value.args[1].fields):
+                weight_bytes = call_tir_weight_bytes(value, device_dtype)
+                weight_key = call_tir_weight_key(value)
         elif isinstance(value, relax.Tuple):
             kind, name = "tuple", "tuple"
         elif isinstance(value, relax.TupleGetItem):

@@ -11,6 +11,7 @@ from tvm_chiplet.passes.analysis.extract_op_graph import (
     extract_op_graph,
     main_bindings,
     planned_bindings,
+    tensor_dims,
 )
 
 
@@ -108,6 +109,24 @@ def test_float_tensors_count_at_the_device_precision(device_dtype, width):
     assert gather.weight_bytes == 4 * 16 * width
     assert gather.output_bytes == 4 * 16 * width
     assert gather.input_bytes == 4 * 8  # the int64 ids keep their width
+
+
+def test_values_whose_types_hash_alike_count_their_own_bytes():
+    # tvm_ffi.structural_hash maps these two types to one value in TVM 0.27.
+    shapes = [(1, 3, 2, 56), (1, 3, 1, 1)]
+    builder = relax.BlockBuilder()
+    params = [relax.Var(f"x{i}", relax.TensorType(shape, "float32"))
+              for i, shape in enumerate(shapes)]
+    with builder.function("main", params):
+        with builder.dataflow():
+            outs = [builder.emit(relax.op.negative(x)) for x in params]
+            out = builder.emit_output(relax.Tuple(outs))
+        builder.emit_func_output(out)
+    graph = extract_op_graph(ReduceGraph(fuse=False)(builder.get()))
+    assert [op.output_bytes for op in graph.ops[:2]] == [4 * 3 * 2 * 56, 4 * 3]
+    assert [tensor_dims(x.ty) for x in params] == shapes
+    dynamic = relax.TensorType((1, tvm.tirx.Var("n", "int64")), "float32")
+    assert tensor_dims(dynamic) == (1, None)
 
 
 def test_without_a_device_dtype_tensors_count_at_their_ir_dtype():
