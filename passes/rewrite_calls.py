@@ -38,13 +38,15 @@ def value_users(values: dict[relax.Var, relax.Expr]) -> dict[relax.Var, list[rel
 
 def kernel_context(mod: tvm.IRModule) -> tuple[tvm.IRModule, dict[tvm.ir.GlobalVar,
                                                                     relax.Function]]:
-    """``mod`` without its Relax functions, and those functions: the context of a
-    ``BlockBuilder`` that adds kernels (PrimFuncs) to ``mod``, whose result takes them back
-    (:func:`with_functions`). A builder hashes every function of its context when it first adds
-    one, and again each one it updates: 4 s each for a ``main`` of 167 k bindings."""
+    """``mod`` with its Relax functions stubbed (their names kept, so kernels are named apart
+    from them), and those functions: the context of a ``BlockBuilder`` that adds kernels
+    (PrimFuncs) to ``mod``, whose result takes them back (:func:`with_functions`). A builder
+    hashes every function of its context when it first adds one, and again each one it
+    updates: 4 s each for a ``main`` of 167 k bindings."""
     functions = dict(mod.functions_items())
-    context = tvm.IRModule({gvar: func for gvar, func in functions.items()
-                            if not isinstance(func, relax.Function)},
+    context = tvm.IRModule({gvar: (relax.ExternFunc(gvar.name_hint)
+                                   if isinstance(func, relax.Function) else func)
+                            for gvar, func in functions.items()},
                            attrs=mod.attrs, global_infos=mod.global_infos)
     return context, {gvar: func for gvar, func in functions.items()
                      if isinstance(func, relax.Function)}

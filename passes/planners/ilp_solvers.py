@@ -1,4 +1,5 @@
-"""MILP solver backends of the ILP planner: CBC or HiGHS under a time limit, and stopping them.
+"""MILP solver backends of the ILP planner: CBC or HiGHS under a time limit (HiGHS also with a
+looser gap once it has run long, :class:`LateGap`), and stopping them.
 
 :func:`make_solver` gives a backend with ``solve(lp) -> SolveResult`` and ``stop()``. CBC runs as a
 child process (pulp's bundled binary): a watchdog stops it when it overruns its time limit, and
@@ -217,8 +218,8 @@ class _Highs:
         status = pulp.LpStatus[lp.status]
         if lp.solverModel.getModelStatus() == highspy.HighsModelStatus.kTimeLimit:
             status = "Time limit"
-        elif late is not None and (
-                lp.solverModel.getModelStatus() == highspy.HighsModelStatus.kInterrupt):
+        elif (late is not None and info.mip_gap <= late.gap
+              and lp.solverModel.getModelStatus() == highspy.HighsModelStatus.kInterrupt):
             status = WITHIN_LATE_GAP
         if info.primal_solution_status != 2:
             return SolveResult("Not Solved" if status != "Infeasible" else status, bound, None)
