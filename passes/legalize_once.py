@@ -9,9 +9,9 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from tvm_chiplet.passes.analysis.structural_key import StructuralKey
 from tvm_chiplet.passes.attrs import CALL_TIR
 from tvm_chiplet.passes.rewrite_calls import kernel_context, with_functions
-from tvm_chiplet.passes.structural_key import StructuralKey
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ import tvm_ffi
 from tvm import relax
 
 from tvm_chiplet.passes.analysis.op_graph import OpGraph, OpNode
+from tvm_chiplet.passes.analysis.structural_key import StructuralKey
 from tvm_chiplet.passes.attrs import ATTR_IN_PLACE, CALL_TIR, is_partial_sum
-from tvm_chiplet.passes.structural_key import StructuralKey
 from tvm_chiplet.targets.system import DTYPE_BYTES, partial_sum_width
 
 # Kinds of the "op_pattern" attribute that relax.transform.AnnotateTIROpPattern writes.
@@ -47,9 +47,9 @@ _UNSEEN = object()
 
 def tensor_dims(ty: relax.TensorType) -> tuple[int | None, ...] | None:
     """The dimensions of a tensor type (``None`` where symbolic), or ``None`` without a known
-    shape. Cached by the type (:class:`~tvm_chiplet.passes.structural_key.StructuralKey`): two
-    calls into TVM instead of one per dimension, which a split module's hundreds of thousands
-    of values pay many times over."""
+    shape. Cached by the type (:class:`~.structural_key.StructuralKey`): two calls into TVM
+    instead of one per dimension, which a split module's hundreds of thousands of values pay
+    many times over."""
     key = StructuralKey(ty)
     dims = _DIMS.get(key, _UNSEEN)
     if dims is not _UNSEEN:
