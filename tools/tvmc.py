@@ -96,15 +96,15 @@ def cmd_compile(args: argparse.Namespace) -> int:
             f"pruned ({row['pruned']})" if "pruned" in row else
             f"{row['cycles']:.0f} cycles for {auto['batches']} input(s), "
             f"{row['throughput_per_cycle'] * target.system.frequency_hz:.1f} inf/s steady"))
-    forms = plan.get("placement", {}).get("notes", {}).get("flatten_matmul_rows_simulated")
+    notes = plan.get("placement", {}).get("notes", {})
+    forms = notes.get("flatten_matmul_rows_simulated")
     if forms:
         print("  one-row projections planned flattened and as given (simulated, by the "
               "planner's objective: "
               + ", ".join(f"{name} {value:,.0f}" for name, value in forms.items())
               + f"): kept {min(forms, key=forms.get)}")
-    ilp = plan.get("placement", {}).get("notes", {})
-    if "lower_bound" in ilp and "physical_bound" in ilp:
-        print(_ilp_summary(ilp))
+    if "lower_bound" in notes and "physical_bound" in notes:
+        print(_ilp_summary(notes))
     for row in plan["estimate"]:
         inputs = row.get("inputs_simulated", row["batches"])
         print(

@@ -8,6 +8,7 @@ weights, int64 indices) count at their own width.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import re
@@ -36,31 +37,20 @@ class AnalysisError(ValueError):
     """The module does not have the form an analysis needs."""
 
 
-_DIMS: dict[StructuralKey, tuple[int | None, ...] | None] = {}
-""":func:`tensor_dims` of each tensor type seen."""
-
-_DIMS_KEPT = 1 << 16
-"""Most types :data:`_DIMS` keeps (it starts over when full)."""
-
-_UNSEEN = object()
-
-
 def tensor_dims(ty: relax.TensorType) -> tuple[int | None, ...] | None:
     """The dimensions of a tensor type (``None`` where symbolic), or ``None`` without a known
     shape. Cached by the type (:class:`~.structural_key.StructuralKey`): two calls into TVM
     instead of one per dimension, which a split module's hundreds of thousands of values pay
     many times over."""
-    key = StructuralKey(ty)
-    dims = _DIMS.get(key, _UNSEEN)
-    if dims is not _UNSEEN:
-        return dims
-    shape = ty.shape
-    dims = None if shape is None or not hasattr(shape, "values") else tuple(
-        int(d) if isinstance(d, tvm.tirx.IntImm) else None for d in shape.values)
-    if len(_DIMS) >= _DIMS_KEPT:
-        _DIMS.clear()
-    _DIMS[key] = dims
-    return dims
+    return _dims(StructuralKey(ty))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _dims(key: StructuralKey) -> tuple[int | None, ...] | None:
+    shape = key.node.shape
+    if shape is None or not hasattr(shape, "values"):
+        return None
+    return tuple(int(d) if isinstance(d, tvm.tirx.IntImm) else None for d in shape.values)
 
 
 def _static_dims(ty: relax.TensorType, what: str) -> tuple[int, ...]:
