@@ -64,6 +64,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import functools
+import heapq
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -276,6 +277,7 @@ class _Distributor:
         self._sliced: dict[relax.Var, tuple[relax.Var, relax.Call]] = {}  # slice: (data, call)
         self._cuts: dict[tuple, relax.Expr] = {}  # (var, box): its slice, cut once
         self._constant_cuts: dict[tuple, tvm.ir.expr.Constant] = {}  # (constant, box)
+        self._arrays: dict[tvm.ir.expr.Constant, np.ndarray] = {}  # a cut constant's values
         self._by_rows: dict[relax.Var, _Sharded] = {}  # a tiled value re-cut along its rows
         self.users: dict[relax.Var, list[relax.VarBinding]] = {}  # the bindings reading a Var
         self.inputs: set[relax.Var] = set()  # model inputs given a layout (:meth:`shard_inputs`)
@@ -478,7 +480,10 @@ class _Distributor:
         parts read it (a bias slice read by every band of a 2-D split)."""
         key = (value, tuple(sorted(box.items())))
         if key not in self._constant_cuts:
-            self._constant_cuts[key] = _constant_box(value, box)
+            if value not in self._arrays:  # copied out once, not once per part
+                self._arrays[value] = value.value.numpy()
+            self._constant_cuts[key] = _constant_box(self._arrays[value], box,
+                                                     str(value.ty.dtype))
         return self._constant_cuts[key]
 
     def _gather(self, pieces: list[relax.Var], axis: int, name: str, cluster: int) -> relax.Var:
@@ -1701,14 +1706,14 @@ def _band_rows(b: int, e: int, stride: int, extent: int, top: int, height: int
     return (max(lo, 0), min(hi, height)), (max(0, -lo), max(0, hi - height))
 
 
-def _constant_box(value: tvm.ir.expr.Constant, box: dict[int, tuple[int, int]]
+def _constant_box(array: np.ndarray, box: dict[int, tuple[int, int]], dtype: str
                   ) -> tvm.ir.expr.Constant:
-    """The region ``box`` (``{axis: (begin, end)}``) of a constant, as a constant."""
-    array = value.value.numpy()
+    """The region ``box`` (``{axis: (begin, end)}``) of a constant's values ``array``, as a
+    constant of ``dtype``."""
     index = [slice(None)] * array.ndim
     for axis, (lo, hi) in box.items():
         index[axis] = slice(lo, hi)
-    return relax.const(np.ascontiguousarray(array[tuple(index)]), str(value.ty.dtype))
+    return relax.const(np.ascontiguousarray(array[tuple(index)]), dtype)
 
 
 def _anchor_size(call: relax.Call, dim: str) -> int:
@@ -2126,14 +2131,22 @@ def _by_level(mod: tvm.IRModule, cluster_of: dict[int, int]) -> tvm.IRModule:
         done = [False] * len(bindings)
         ordered: list[relax.VarBinding] = []
         current = None
+        # (level, cluster, position) of each cluster's next binding; an entry whose binding is
+        # no longer its cluster's next is stale, and dropped when it comes to the top
+        heads = [(level[queue[-1]], c, queue[-1]) for c, queue in queues.items()]
+        heapq.heapify(heads)
         while len(ordered) < len(bindings):
             if current is None or not queues[current] or not all(
                     done[j] for j in inputs[queues[current][-1]]):
-                current = min((c for c in queues if queues[c]),
-                              key=lambda c: (level[queues[c][-1]], c))
+                while not queues[heads[0][1]] or queues[heads[0][1]][-1] != heads[0][2]:
+                    heapq.heappop(heads)
+                current = heads[0][1]  # the lowest-level next binding of any cluster
             i = queues[current].pop()
             ordered.append(bindings[i])
             done[i] = True
+            if queues[current]:
+                heapq.heappush(heads, (level[queues[current][-1]], current,
+                                       queues[current][-1]))
         blocks.append(type(block)(ordered))
     body = relax.SeqExpr(blocks, main.body.body)
     return _with_main(mod, relax.Function(main.params, body, main.ret_ty, main.is_pure,

@@ -48,13 +48,19 @@ class SeparateBroadcastEpilogues:
         return updated
 
 
-def _pattern(mod: tvm.IRModule, call: relax.Call) -> tuple[tvm.ir.GlobalVar | None, int | None]:
+def _pattern(mod: tvm.IRModule, call: relax.Call, patterns: dict[str, int | None]
+             ) -> tuple[tvm.ir.GlobalVar | None, int | None]:
+    """The PrimFunc a ``call_tir`` calls and its op pattern, each PrimFunc's looked up once
+    (``patterns``, by name: a split module calls a few hundred PrimFuncs 100 k times)."""
     if not (isinstance(call, relax.Call) and call.op.same_as(CALL_TIR)):
         return None, None
     gvar = call.args[0]
-    func = mod[gvar]
-    pattern = func.attrs.get("op_pattern") if func.attrs is not None else None
-    return gvar, None if pattern is None else int(pattern)
+    name = gvar.name_hint
+    if name not in patterns:
+        func = mod[gvar]
+        pattern = func.attrs.get("op_pattern") if func.attrs is not None else None
+        patterns[name] = None if pattern is None else int(pattern)
+    return gvar, patterns[name]
 
 
 def _elements(expr: relax.Expr) -> int | None:
@@ -67,11 +73,12 @@ def _growing_broadcasts(mod: tvm.IRModule, func: relax.Function) -> set[tvm.ir.G
     result (or a same-size elementwise chain of one) to make a larger tensor."""
     anchored: set[relax.Var] = set()  # results of an anchor, or of its same-size epilogue
     found = set()
+    patterns: dict[str, int | None] = {}
     for block in func.body.blocks:
         for binding in block.bindings:
             if not isinstance(binding, relax.VarBinding):
                 continue
-            gvar, pattern = _pattern(mod, binding.value)
+            gvar, pattern = _pattern(mod, binding.value, patterns)
             if pattern is None:
                 continue
             if pattern == _OUT_EWISE_FUSABLE:

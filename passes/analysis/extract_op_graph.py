@@ -111,10 +111,11 @@ def tensor_elements(ty: tvm.ir.Type, what: str) -> int:
 def has_static_shape(ty: tvm.ir.Type) -> bool:
     """Whether the shape of a value of type ``ty`` is known at compile time: a tensor or a shape
     with constant dimensions, a tuple of such, or a value without a shape (e.g. an object)."""
-    if isinstance(ty, relax.TensorType | relax.ShapeType):
-        dims = ty.values if isinstance(ty, relax.ShapeType) else (
-            ty.shape.values if hasattr(ty.shape, "values") else None)
-        return dims is not None and all(isinstance(d, tvm.tirx.IntImm) for d in dims)
+    if isinstance(ty, relax.TensorType):
+        dims = tensor_dims(ty)  # cached: asked of every value of a split module
+        return dims is not None and None not in dims
+    if isinstance(ty, relax.ShapeType):
+        return ty.values is not None and all(isinstance(d, tvm.tirx.IntImm) for d in ty.values)
     if isinstance(ty, tvm.ir.TupleType):
         return all(has_static_shape(field) for field in ty.fields)
     return True

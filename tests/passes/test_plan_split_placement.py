@@ -1,5 +1,6 @@
 """PlanSplitPlacement: plan, realise the splits with DistributeTensors, annotate the result."""
 
+import gc
 import json
 
 import numpy as np
@@ -9,7 +10,7 @@ import tvm
 from tvm import relax
 
 import tvm_chiplet
-from tvm_chiplet.passes import ReduceGraph
+from tvm_chiplet.passes import ReduceGraph, plan_split_placement
 from tvm_chiplet.passes.analysis.extract_op_graph import extract_op_graph
 from tvm_chiplet.passes.attrs import call_placement
 from tvm_chiplet.passes.plan_split_placement import (
@@ -257,3 +258,27 @@ def test_partial_sums_cross_clusters_at_the_width_the_system_gives_its_accumulat
                                        rel=1e-12)
     second = problem.graph.ops[sorted(problem.split_dims)[1]]
     assert crossing["default"] - crossing["narrow"] == (4 - 2) * second.output_bytes
+
+
+def test_the_garbage_collector_is_paused_while_a_plan_is_realised(monkeypatch):
+    seen = []
+    realise = plan_split_placement.distribute_and_reduce
+
+    def spy(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return realise(*args, **kwargs)
+
+    monkeypatch.setattr(plan_split_placement, "distribute_and_reduce", spy)
+    assert gc.isenabled()
+    PlanSplitPlacement(SYSTEM, SplitFirstAnchor())(small_cnn())
+    assert seen == [False]
+    assert gc.isenabled()
+
+
+def test_a_collector_disabled_by_the_caller_stays_disabled():
+    gc.disable()
+    try:
+        PlanSplitPlacement(SYSTEM, SplitFirstAnchor())(small_cnn())
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
