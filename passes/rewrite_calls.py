@@ -39,8 +39,9 @@ def value_users(values: dict[relax.Var, relax.Expr]) -> dict[relax.Var, list[rel
 
 def calls_any(func: relax.Function, accept: Callable[[relax.Call], bool]) -> bool:
     """Whether ``func`` has a call that ``accept`` accepts. A pass that rewrites few calls
-    asks first: this walk visits no call's operands (in normal form they hold no calls) and,
-    on a realised plan of 167 k calls, takes about a sixth of a mutator's walk (0.2 s, 1.5 s)."""
+    asks first: this walk visits no call's operands (in normal form they hold no calls). On a
+    realised plan of 167 k calls, asking for a dequantize took 0.2 s, and KeepQuantizedWeights'
+    mutator walk 1.5 s."""
     finder = _CallFinder(accept)
     finder.visit_expr(func)
     return finder.found
