@@ -130,17 +130,14 @@ class SplitRealiser:
         return self._cache[key]
 
     def _realise(self, placement: Placement) -> tuple[tvm.IRModule, OpGraph, tuple[int, ...]]:
-        with _collection_paused():
-            return self._realise_now(placement)
-
-    def _realise_now(self, placement: Placement) -> tuple[tvm.IRModule, OpGraph, tuple[int, ...]]:
         index = {op_id: i for i, op_id in enumerate(self.anchors)}
         splits = [DistributedSplit(index[s.op_id], s.dim, s.clusters) for s in placement.splits]
         home = Counter(placement.op_cluster).most_common(1)[0][0] if placement.op_cluster else 0
-        reduced, op_cluster = distribute_and_reduce(self.mod, splits, placement.op_cluster, home,
-                                                    self.target, self.topology,
-                                                    centred_rows=not placement.even_rows)
-        graph = extract_op_graph(reduced, self.device_dtype, self.partial_width)
+        with _collection_paused():
+            reduced, op_cluster = distribute_and_reduce(
+                self.mod, splits, placement.op_cluster, home, self.target, self.topology,
+                centred_rows=not placement.even_rows)
+            graph = extract_op_graph(reduced, self.device_dtype, self.partial_width)
         return reduced, graph, tuple(op_cluster)
 
     def __call__(self, placement: Placement) -> tuple[OpGraph, Placement]:
@@ -161,14 +158,13 @@ def _collection_paused():
     plan makes millions of objects: HF-layout BERT-base's plan on the 16x16 mesh leaves about
     2 million in reference cycles, and each collection during it walks every object still
     alive. The garbage is collected by the collector's next run after."""
-    if not gc.isenabled():
-        yield
-        return
+    enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
-        gc.enable()
+        if enabled:
+            gc.enable()
 
 
 def _realised_placement(placement: Placement, op_cluster: tuple[int, ...]) -> Placement:
