@@ -35,9 +35,23 @@ def built_items(problem: PlanningProblem, placement: Placement) -> list[WorkItem
     ops and ``problem`` can realise them (the realisation is cached), else
     :func:`placement_items`."""
     if placement.splits and problem.realise is not None:
-        graph, realised = problem.realise(placement)
-        return graph_items(graph, realised)
+        return list(_realised_items(problem, placement)[1])
     return placement_items(problem, placement)
+
+
+def _realised_items(problem: PlanningProblem, placement: Placement
+                    ) -> tuple[Placement, list[WorkItem]]:
+    """The realised placement of ``placement`` (which splits ops) and its work items, kept in
+    ``problem.memo``: they depend on the realisation and the copies alone, not on where the
+    weights stream from, and the DRAM placements tried of one plan (:mod:`.dram`) and its
+    judgement ask for them again and again (about a second each on HF-layout BERT-base's plan
+    on the 16x16 mesh, 122 k ops). Callers copy the list before changing it."""
+    realised_key = (placement.op_cluster, placement.splits, placement.even_rows)
+    key = ("built items", realised_key, placement.replicas)
+    graph, realised = problem.realise(placement)
+    if key not in problem.memo:
+        problem.memo[key] = graph_items(graph, realised)
+    return realised, problem.memo[key]
 
 
 def graph_items(graph: OpGraph, placement: Placement, partial_scale: float = 1.0
@@ -150,7 +164,12 @@ def placement_workload(problem: PlanningProblem, placement: Placement,
     """The device workload of ``placement`` on ``graph`` (default ``problem.graph``):
     :func:`~tvm_chiplet.targets.workload.build_workload` of its items, DRAM placement, loans,
     pool and microbatch."""
-    items = graph_items(problem.graph if graph is None else graph, placement)
+    return _workload(problem, placement,
+                     graph_items(problem.graph if graph is None else graph, placement))
+
+
+def _workload(problem: PlanningProblem, placement: Placement, items: list[WorkItem]):
+    """:func:`placement_workload` of ``placement``'s work ``items``."""
     return build_workload(
         items, problem.system, problem.topology, placement.dram_policy, placement.dram_shares,
         replicate_loans(placement.sram_loans, placement.copy_maps), placement.pool(),
@@ -159,9 +178,10 @@ def placement_workload(problem: PlanningProblem, placement: Placement,
 
 def _simulate(problem: PlanningProblem, placement: Placement, batches: int, network: str,
               as_built: bool):
-    graph = problem.graph
     if as_built and placement.splits and problem.realise is not None:
-        graph, placement = problem.realise(placement)
-    tasks, messages, _, fetches = placement_workload(problem, placement, graph)
+        placement, items = _realised_items(problem, placement)
+        tasks, messages, _, fetches = _workload(problem, placement, items)
+    else:
+        tasks, messages, _, fetches = placement_workload(problem, placement)
     return problem.simulator(tasks, messages, problem.system, batches, network, fetches=fetches,
                              copies=placement.copies, microbatch=placement.microbatch)

@@ -1,5 +1,6 @@
 """PlanSplitPlacement: plan, realise the splits with DistributeTensors, annotate the result."""
 
+import dataclasses
 import gc
 import json
 
@@ -18,7 +19,7 @@ from tvm_chiplet.passes.plan_split_placement import (
     anchor_op_ids,
     split_problem,
 )
-from tvm_chiplet.passes.planners import PlanningError
+from tvm_chiplet.passes.planners import PlanningError, evaluate
 from tvm_chiplet.passes.planners.evaluate import simulate_placement
 from tvm_chiplet.passes.planners.placement import OpSplit, Placement
 from tvm_chiplet.runtime.device import simulate_plan, simulate_workload
@@ -282,3 +283,36 @@ def test_a_collector_disabled_by_the_caller_stays_disabled():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_a_realised_plans_work_items_are_built_once_for_all_its_judgements(monkeypatch):
+    # The DRAM placements tried of one plan and its simulations as built all read the work
+    # items of the same realised module: they are built once, and give what fresh ones give.
+    mod = small_cnn()
+    system = load_system("quad-2x2")
+    problem, _ = split_problem(mod, ReduceGraph()(mod), system, simulate_workload)
+    placement = SplitFirstAnchor().plan(problem)
+    built = []
+    items_of = evaluate.graph_items
+
+    def spy(graph, *args, **kwargs):
+        if graph is not problem.graph:
+            built.append(graph)
+        return items_of(graph, *args, **kwargs)
+
+    monkeypatch.setattr(evaluate, "graph_items", spy)
+    first = evaluate.built_items(problem, placement)
+    first.clear()  # a caller's copy: changing it changes nothing kept
+    again = evaluate.built_items(problem, placement)
+    nearest = dataclasses.replace(placement, dram_policy="nearest", dram_shares=())
+    cycles = [simulate_placement(problem, p, 1, as_built=True).total_cycles
+              for p in (placement, nearest)]
+    assert len(built) == 1
+    graph, realised = problem.realise(placement)
+    assert again == items_of(graph, realised)
+    for p, judged in zip((placement, nearest), cycles, strict=True):
+        tasks, messages, _, fetches = evaluate.placement_workload(
+            problem, dataclasses.replace(realised, dram_policy=p.dram_policy,
+                                         dram_shares=p.dram_shares), graph)
+        fresh = simulate_workload(tasks, messages, system, 1, fetches=fetches)
+        assert judged == fresh.total_cycles
