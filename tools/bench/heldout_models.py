@@ -19,7 +19,12 @@ exports them (batch norms folded into the convs, torch's attention), at batch 1:
 - ``bert-hf``: a BERT-base encoder in HuggingFace's layout (separate query, key and value);
 - ``encoder-64``, ``encoder-256``, ``encoder-512``: ``nn.TransformerEncoder`` stacks of that
   width run sequence first (torch's default: one-row projections at batch 1): 2 layers of 16
-  tokens (feed-forward 128), 4 of 64 (1024) and 6 of 128 (2048).
+  tokens (feed-forward 128), 4 of 64 (1024) and 6 of 128 (2048);
+- small ones of blocks none of the above has, sized for end-to-end tests: ``mobilenetv2``
+  (inverted residuals with ReLU6 at 96x96), ``gpt-decoder`` (a 2-layer decoder of 32 tokens:
+  causal mask, tanh GELU, a language-model head), ``resnext-fpn`` (a grouped conv, a
+  squeeze-and-excitation gate of linear layers, nearest upsampling concatenated with a finer
+  map) and ``tcn`` (dilated 1-D convs, leaky ReLU, a max over time).
 
 Weights are seeded; batch norms have non-trivial statistics so that folding them changes the
 convs.
@@ -81,13 +86,15 @@ def _builders():
             return x * torch.sigmoid(self.b(F.silu(self.a(F.adaptive_avg_pool2d(x, 1)))))
 
     class MBConv(nn.Module):
-        def __init__(self, cin, cout, stride):
+        """EfficientNet's block; with ``act=nn.ReLU6, gate=False``, MobileNetV2's."""
+
+        def __init__(self, cin, cout, stride, expand=4, act=nn.SiLU, gate=True):
             super().__init__()
-            wide = cin * 4
+            wide = cin * expand
             self.body = nn.Sequential(
-                nn.Conv2d(cin, wide, 1, bias=False), nn.BatchNorm2d(wide), nn.SiLU(),
+                nn.Conv2d(cin, wide, 1, bias=False), nn.BatchNorm2d(wide), act(),
                 nn.Conv2d(wide, wide, 3, stride, 1, groups=wide, bias=False),
-                nn.BatchNorm2d(wide), nn.SiLU(), SqueezeExcite(wide),
+                nn.BatchNorm2d(wide), act(), *([SqueezeExcite(wide)] if gate else []),
                 nn.Conv2d(wide, cout, 1, bias=False), nn.BatchNorm2d(cout))
             self.residual = stride == 1 and cin == cout
 
@@ -236,6 +243,82 @@ def _builders():
                 x = layer(x, mask)
             return torch.tanh(self.pool(x[:, 0]))
 
+    class MobileNetV2(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16),
+                                      nn.ReLU6())
+            self.blocks = nn.Sequential(*(
+                MBConv(cin, cout, stride, expand, nn.ReLU6, gate=False)
+                for cin, cout, stride, expand in ((16, 16, 1, 1), (16, 24, 2, 6), (24, 24, 1, 6),
+                                                  (24, 32, 2, 6), (32, 32, 1, 6), (32, 64, 2, 6))))
+            self.fc = nn.Linear(64, 10)
+
+        def forward(self, x):
+            return self.fc(torch.flatten(F.adaptive_avg_pool2d(self.blocks(self.stem(x)), 1), 1))
+
+    class DecoderBlock(nn.Module):
+        def __init__(self, width, heads):
+            super().__init__()
+            self.heads, self.scale = heads, 1.0 / math.sqrt(width // heads)
+            self.norm1, self.norm2 = nn.LayerNorm(width), nn.LayerNorm(width)
+            self.qkv, self.proj = nn.Linear(width, 3 * width), nn.Linear(width, width)
+            self.up, self.down = nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
+
+        def forward(self, x, causal):
+            b, n, width = x.shape
+            q, k, v = (t.view(b, n, self.heads, -1).transpose(1, 2)
+                       for t in self.qkv(self.norm1(x)).split(width, -1))
+            scores = (q @ k.transpose(-1, -2)) * self.scale
+            attention = scores.masked_fill(causal, float("-inf")).softmax(-1)
+            x = x + self.proj((attention @ v).transpose(1, 2).reshape(b, n, width))
+            return x + self.down(F.gelu(self.up(self.norm2(x)), approximate="tanh"))
+
+    class GptDecoder(nn.Module):
+        def __init__(self, vocab=500, width=64, heads=4, layers=2, tokens=32):
+            super().__init__()
+            self.words, self.positions = nn.Embedding(vocab, width), nn.Embedding(tokens, width)
+            self.blocks = nn.ModuleList(DecoderBlock(width, heads) for _ in range(layers))
+            self.norm, self.head = nn.LayerNorm(width), nn.Linear(width, vocab, bias=False)
+            self.register_buffer("causal", torch.ones(tokens, tokens, dtype=torch.bool).triu(1))
+
+        def forward(self, ids):
+            n = ids.shape[1]
+            x = self.words(ids) + self.positions(torch.arange(n).unsqueeze(0))
+            for block in self.blocks:
+                x = block(x, self.causal[:n, :n])
+            return self.head(self.norm(x))
+
+    class ResNeXtFPN(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Conv2d(3, 64, 3, 2, 1)
+            self.grouped = nn.Conv2d(64, 64, 3, 1, 1, groups=8)
+            self.down = nn.Conv2d(64, 128, 3, 2, 1)
+            self.squeeze, self.excite = nn.Linear(128, 16), nn.Linear(16, 128)
+            self.lateral, self.out = nn.Conv2d(128, 64, 1), nn.Conv2d(128, 8, 3, 1, 1)
+
+        def forward(self, x):
+            fine = F.relu(self.stem(x))
+            fine = F.relu(fine + self.grouped(fine))
+            coarse = F.relu(self.down(fine))
+            gate = torch.sigmoid(self.excite(F.relu(self.squeeze(coarse.mean((2, 3))))))
+            coarse = coarse * gate[:, :, None, None]
+            up = F.interpolate(self.lateral(coarse), scale_factor=2, mode="nearest")
+            return self.out(torch.cat([fine, up], 1))
+
+    class TemporalConvNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.convs = nn.ModuleList(nn.Conv1d(16 if i == 0 else 32, 32, 3, padding=2 ** i,
+                                                 dilation=2 ** i) for i in range(4))
+            self.fc = nn.Linear(32, 5)
+
+        def forward(self, x):
+            for conv in self.convs:
+                x = F.leaky_relu(conv(x), 0.1)
+            return self.fc(x.amax(-1))
+
     def encoder(width, heads, hidden, layers):
         def make():
             layer = nn.TransformerEncoderLayer(width, heads, hidden, dropout=0.0)
@@ -255,11 +338,20 @@ def _builders():
         "encoder-64": (encoder(64, 4, 128, 2), (torch.randn(16, 1, 64),), ["x"]),
         "encoder-256": (encoder(256, 4, 1024, 4), (torch.randn(64, 1, 256),), ["x"]),
         "encoder-512": (encoder(512, 8, 2048, 6), (torch.randn(128, 1, 512),), ["x"]),
+        # Traced on zeros: drawing them would move the seeded weights of every model above.
+        "mobilenetv2": (MobileNetV2, (torch.zeros(1, 3, 96, 96),), ["x"]),
+        "gpt-decoder": (GptDecoder, (torch.zeros(1, 32, dtype=torch.int64),), ["input_ids"]),
+        "resnext-fpn": (ResNeXtFPN, (torch.zeros(1, 3, 64, 64),), ["x"]),
+        "tcn": (TemporalConvNet, (torch.zeros(1, 16, 128),), ["x"]),
     }
 
 
 MODELS = ["squeezenet", "efficientnet", "vit", "unet", "vgg", "resnet50-torchvision", "bert-hf",
-          "encoder-64", "encoder-256", "encoder-512"]
+          "encoder-64", "encoder-256", "encoder-512", "mobilenetv2", "gpt-decoder",
+          "resnext-fpn", "tcn"]
+
+VOCABULARY = {"bert-hf": 30522, "gpt-decoder": 500}
+"""The vocabulary of the models that read token ids: the ids drawn for them lie below it."""
 
 
 def export(name: str, path: str) -> None:
@@ -276,9 +368,9 @@ def export(name: str, path: str) -> None:
                 module.running_mean.uniform_(-0.1, 0.1)
                 module.running_var.uniform_(0.5, 1.5)
     torch.onnx.export(model, inputs, path, input_names=names, opset_version=17, dynamo=False)
-    if name == "bert-hf":  # token ids are drawn below the vocabulary size
+    if name in VOCABULARY:  # token ids are drawn below the vocabulary size
         proto = onnx.load(path)
-        onnx.helper.set_model_props(proto, {"vocab_size": "30522"})
+        onnx.helper.set_model_props(proto, {"vocab_size": str(VOCABULARY[name])})
         onnx.save(proto, path)
 
 
