@@ -385,7 +385,8 @@ def _routed(tasks: list[dict], messages: list[dict], fetches: list[dict],
             system: ChipletSystem, routing: RoutingTables, network: str
             ) -> tuple[list[dict], list[dict]]:
     """``messages`` and ``fetches`` with their routes walked on ``routing``; shared transfers
-    keep theirs except under ``flit``, which sends each copy alone."""
+    (a multicast message, a weight pool's fetch sent once to all its readers) keep theirs, a
+    tree or a ring of table routes, except under ``flit``, which sends each copy alone."""
     routed = []
     for message in messages:
         if message.get("multicast") is None or network == "flit":
@@ -395,8 +396,10 @@ def _routed(tasks: list[dict], messages: list[dict], fetches: list[dict],
         routed.append(message)
     walked = []
     for fetch in fetches:
-        source = fetch_source(fetch, system)
-        walked.append({**fetch, "route": routing.route(source, fetch["cluster"])})
+        if fetch.get("shared") is None or network == "flit":
+            fetch = {**fetch, "route": routing.route(fetch_source(fetch, system),
+                                                     fetch["cluster"])}
+        walked.append(fetch)
     return routed, walked
 
 

@@ -6,6 +6,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from tvm_chiplet.runtime.device import STREAM_CHUNKS, simulate_workload
+from tvm_chiplet.targets.routing import routing_tables
 from tvm_chiplet.targets.system_generators import mesh_system
 from tvm_chiplet.targets.topology import Topology
 from tvm_chiplet.targets.workload import (
@@ -14,6 +15,7 @@ from tvm_chiplet.targets.workload import (
     activation_reserve,
     batched,
     build_workload,
+    fetch_source,
     microbatch_items,
     pool_groups,
     replica_groups,
@@ -255,6 +257,24 @@ def test_each_part_of_a_pooled_item_is_fetched_once_and_multicast_to_its_readers
                              copies=4)
     assert flit.dram_bytes.sum() == pytest.approx(4 * once)
 
+
+
+def test_a_pools_fetches_keep_their_ring_when_the_routing_tables_route_the_rest():
+    # On a line without multicast routers the pool's stripes go around a ring, relayed hop by
+    # hop on table routes: the artifact's simulation (routing tables walked, as tvmc compile's
+    # estimate and tvmc run simulate) moves the same bytes over the same links as the
+    # planner's, where re-walking them straight from each lender would not.
+    system, items, pool = _copies_on_a_line([4000, 4000])
+    tasks, messages, _, fetches = build_workload(items, system, pool=pool)
+    tables = routing_tables(system)
+    relayed = [f for f in fetches if f["shared"] is not None
+               and f["route"] != tables.route(fetch_source(f, system), f["cluster"])]
+    assert relayed
+    planned, walked = (simulate_workload(tasks, messages, system, batches=4, network="flow",
+                                         fetches=fetches, copies=4, routing=routing)
+                       for routing in (None, tables))
+    np.testing.assert_array_equal(walked.link_bytes, planned.link_bytes)
+    assert walked.total_cycles == planned.total_cycles
 
 def test_a_pool_beats_copies_streaming_from_one_controller():
     system, items, pool = _copies_on_a_line([4000, 4000, 4000], sram_bytes=8192)
