@@ -110,7 +110,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
         print(
             f"  simulated ({row['network']}), {inputs} input(s): "
             f"{row['simulated_cycles']:.0f} cycles, {rate_label(row['throughput_per_s'])}, "
-            f"{row['ratio_to_bound']:.2f}x the lower bound ({row['bound_binding']})"
+            f"{row['ratio_to_bound']:.2f}x the lower bound ({row['bound_binding']}); "
+            + _busy_label(row)
         )
     cost = plan["cost_estimate"]
     parts = ", ".join(f"{name.replace('_', '-')} {cost[name]:.0f}" for name in
@@ -127,6 +128,16 @@ def cmd_compile(args: argparse.Namespace) -> int:
               f"({energy_parts(row['energy_breakdown_pj'])}); lower bound "
               f"{energy_label(row['energy_bound_pj'])}")
     return 0
+
+
+def _busy_label(row: dict) -> str:
+    """How busy a simulated run kept the clusters and links (:func:`~tvm_chiplet.build.
+    compare_to_bound`): what held it back from the bound, compute or the network."""
+    if row["links_busy"] is None:
+        return f"clusters busy {100 * row['clusters_busy']:.0f}% of the run on average"
+    return (f"clusters busy {100 * row['clusters_busy']:.0f}% and links "
+            f"{100 * row['links_busy']:.0f}% of the run on average (the busiest link "
+            f"{100 * row['busiest_link']:.0f}%)")
 
 
 def _ilp_summary(notes: dict) -> str:

@@ -15,6 +15,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import onnx
 import tvm
 
@@ -212,9 +213,13 @@ def compare_to_bound(sim: DeviceSimResult, graph: OpGraph, system: ChipletSystem
     The simulator starts with resident weights loaded and models no host I/O, so the bound does
     too. By default the bound is for the inputs simulated (copies of a placement run whole
     rounds); ``inputs=1`` compares a one-round run with one input's bound, as a latency.
+    What kept the run from the bound shows in how busy its parts were, each a share of the
+    run: ``clusters_busy`` on average over the system's clusters (computing), ``links_busy``
+    on average over its links and ``busiest_link`` (carrying data; both None without links).
     """
     bound = lower_bound(graph, system, inputs or sim.inputs, weights_preloaded=True,
                         io_in_dram=False)
+    links = sim.link_utilisation
     return {
         "inputs_simulated": sim.inputs,
         "network": sim.network,
@@ -224,6 +229,9 @@ def compare_to_bound(sim: DeviceSimResult, graph: OpGraph, system: ChipletSystem
         "bound_cycles": bound.bound_cycles,
         "bound_binding": bound.binding,
         "ratio_to_bound": bound.ratio(sim.total_cycles),
+        "clusters_busy": float(np.mean(sim.cluster_utilisation)),
+        "links_busy": float(np.mean(links)) if len(links) else None,
+        "busiest_link": float(np.max(links)) if len(links) else None,
         "energy_per_inference_pj": sim.energy.total_pj,
         "energy_breakdown_pj": dict(sim.energy.per_inference_pj),
         "energy_bound_pj": bound.energy_per_inference_pj,

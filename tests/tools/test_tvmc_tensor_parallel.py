@@ -53,6 +53,23 @@ def test_split_strategies_match_onnxruntime(tmp_path, capsys, name, preset, stra
     assert plan["estimate"][0]["bound_cycles"] == pytest.approx(bound.bound_cycles)
 
 
+
+def test_the_compile_summary_says_how_busy_the_run_kept_clusters_and_links(tmp_path, capsys):
+    # What held a plan back from the bound: the clusters' compute is the cycles of their
+    # tasks over the run, the links' share of it they carried data; both per input simulated.
+    plan = compile_run_and_compare(tmp_path, models.get_model("small-cnn"), "chiplet/mesh-4x4",
+                                   "tensor-parallel")
+    printed = capsys.readouterr().out
+    system = load_system("mesh-4x4")
+    for row in plan["estimate"]:
+        computed = row["inputs_simulated"] * sum(task["cycles"] for task in plan["tasks"])
+        assert row["clusters_busy"] == pytest.approx(
+            computed / (system.num_clusters * row["simulated_cycles"]))
+        assert 0 < row["links_busy"] < row["busiest_link"] <= 1
+        assert (f"clusters busy {100 * row['clusters_busy']:.0f}% and links "
+                f"{100 * row['links_busy']:.0f}% of the run on average (the busiest link "
+                f"{100 * row['busiest_link']:.0f}%)") in printed
+
 def test_a_split_plan_is_bounded_on_the_graph_it_was_planned_on():
     # torch's packed Q/K/V projection: one op on the imported graph's critical path, three
     # parallel ones once unpacked for planning, which is what runs: the bound is that graph's.
