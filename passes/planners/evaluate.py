@@ -45,7 +45,10 @@ def _realised_items(problem: PlanningProblem, placement: Placement
     ``problem.memo``: they depend on the realisation and the copies alone, not on where the
     weights stream from, and the DRAM placements tried of one plan (:mod:`.dram`) and its
     judgement ask for them again and again (about a second each on HF-layout BERT-base's plan
-    on the 16x16 mesh, 122 k ops). Callers copy the list before changing it."""
+    on the 16x16 mesh, 122 k ops). Keyed by what the realisation depends on (as
+    :class:`~tvm_chiplet.passes.plan_split_placement.SplitRealiser` caches it), not by the
+    realised graph: a realiser may hand one graph to placements whose ops it places apart.
+    Callers copy the list before changing it."""
     realised_key = (placement.op_cluster, placement.splits, placement.even_rows)
     key = ("built items", realised_key, placement.replicas)
     graph, realised = problem.realise(placement)
