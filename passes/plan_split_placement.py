@@ -8,6 +8,7 @@ import gc
 import math
 import re
 import threading
+import time
 from collections import Counter
 
 import tvm
@@ -27,7 +28,7 @@ from tvm_chiplet.passes.distribute_tensors import (
 )
 from tvm_chiplet.passes.flatten_matmul_rows import FlattenMatmulRows
 from tvm_chiplet.passes.planners import Planner, PlanningProblem, get_planner
-from tvm_chiplet.passes.planners.base import WorkloadSimulator
+from tvm_chiplet.passes.planners.base import WorkloadSimulator, report
 from tvm_chiplet.passes.planners.evaluate import simulate_placement
 from tvm_chiplet.passes.planners.layouts import check_groups
 from tvm_chiplet.passes.planners.placement import Placement, PlanningError
@@ -133,11 +134,16 @@ class SplitRealiser:
         index = {op_id: i for i, op_id in enumerate(self.anchors)}
         splits = [DistributedSplit(index[s.op_id], s.dim, s.clusters) for s in placement.splits]
         home = Counter(placement.op_cluster).most_common(1)[0][0] if placement.op_cluster else 0
+        started = time.perf_counter()
         with _collection_paused():
             reduced, op_cluster = distribute_and_reduce(
                 self.mod, splits, placement.op_cluster, home, self.target, self.topology,
                 centred_rows=not placement.even_rows)
             graph = extract_op_graph(reduced, self.device_dtype, self.partial_width)
+        seconds = time.perf_counter() - started
+        if seconds >= REPORTED_REALISATION:
+            report(f"realised {len(splits)} split ops over {len(set(op_cluster))} clusters: "
+                   f"{len(graph.ops):,} ops in {seconds:.1f} s")
         return reduced, graph, tuple(op_cluster)
 
     def __call__(self, placement: Placement) -> tuple[OpGraph, Placement]:
@@ -150,6 +156,12 @@ class SplitRealiser:
         that run whole keep their planned clusters."""
         reduced, _, op_cluster = self._realised(placement)
         return reduced, _realised_placement(placement, op_cluster)
+
+
+REPORTED_REALISATION = 1.0
+"""Seconds from which a realisation is reported to the planning progress
+(:func:`~.planners.base.planning_progress`): the realisations of small plans, many per plan and
+each over in a moment, are not."""
 
 
 @contextlib.contextmanager

@@ -6,7 +6,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 
-from tvm_chiplet.passes.planners.base import Planner, PlanningProblem
+from tvm_chiplet.passes.planners.base import Planner, PlanningProblem, report
 from tvm_chiplet.passes.planners.evaluate import simulate_placement
 from tvm_chiplet.passes.planners.microbatch import fastest_microbatch
 from tvm_chiplet.passes.planners.placement import Placement, PlanningError
@@ -55,7 +55,8 @@ class AutoPlanner:
         Pipelined inputs simulated for the time and throughput objectives.
     network : str, default "flow"
     progress : callable, optional
-        Called with one line of text per candidate (the CLI prints it).
+        Called with one line of text per candidate; default: the planning progress of the
+        driver (:func:`~.base.planning_progress`, which the CLI prints).
     """
 
     name = "auto"
@@ -154,12 +155,11 @@ class AutoPlanner:
                 "plan_seconds": time.perf_counter() - started,
             }
             rows.append(row)
-            if self.progress:
-                self.progress(
-                    f"auto: {planner.name:<16} {row['cycles']:14.0f} cycles for {self.batches} "
-                    f"batch(es), {row['throughput_per_cycle'] * problem.system.frequency_hz:10.1f} "
-                    "inf/s"
-                )
+            (self.progress or report)(
+                f"auto: {planner.name:<16} {row['cycles']:14.0f} cycles for {self.batches} "
+                f"batch(es), {row['throughput_per_cycle'] * problem.system.frequency_hz:10.1f} "
+                "inf/s"
+            )
             if best is None or cost < best[0]:
                 best = (cost, placement)
         if best is None:

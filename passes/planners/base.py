@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -27,6 +29,30 @@ SplitRealise = Callable[[Placement], tuple[OpGraph, Placement]]
 """Realises a placement's splits, handed in by the driver with the module: returns the op graph
 of the realised module and the placement of its ops
 (:class:`tvm_chiplet.passes.plan_split_placement.SplitRealiser`)."""
+
+
+_progress: contextvars.ContextVar[Callable[[str], None] | None] = contextvars.ContextVar(
+    "planning_progress", default=None)
+
+
+@contextlib.contextmanager
+def planning_progress(progress: Callable[[str], None] | None) -> Iterator[None]:
+    """Within it, planners report the steps of a long plan (:func:`report`) to ``progress``,
+    one line each: the driver's way to show what a plan of minutes is doing (``tvmc compile``
+    prints them). ``None`` reports nothing."""
+    token = _progress.set(progress)
+    try:
+        yield
+    finally:
+        _progress.reset(token)
+
+
+def report(line: str) -> None:
+    """Report one step of planning to the callback of the enclosing :func:`planning_progress`
+    (nothing outside one)."""
+    progress = _progress.get()
+    if progress is not None:
+        progress(line)
 
 
 def check_memory(graph: OpGraph, system: ChipletSystem) -> None:

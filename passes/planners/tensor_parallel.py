@@ -10,11 +10,12 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import time
 from collections.abc import Sequence
 
 import numpy as np
 
-from tvm_chiplet.passes.planners.base import PlanningProblem
+from tvm_chiplet.passes.planners.base import PlanningProblem, report
 from tvm_chiplet.passes.planners.dram import fastest_dram
 from tvm_chiplet.passes.planners.evaluate import (
     built_items,
@@ -237,6 +238,7 @@ class TensorParallelPlanner:
             searched += [space for space in family[count:] if space.key == "1"]
         searched.sort(key=lambda space: space.key not in ("1", UNTILED))  # the grid first
         self._solving_left = self.time_limit  # the program's seconds, over every layout
+        report(f"{self.name}: {len(started)} layouts estimated, {len(searched)} searched")
         found = {space.key: self._search(problem, space) for space in searched}
         if unblocked is not None and "1" in found and any(
                 blocks_by(split.dim) for split in found["1"].splits):
@@ -308,8 +310,13 @@ class TensorParallelPlanner:
             close = [key for key in close if key == REPLICAS_POOLED or _off_grid(key)
                      or collective_messages(found[key]) <= budget]
             judged = {}
+            report(f"{self.name}: {len(close)} plans to judge as built (realised and "
+                   "simulated)")
             for key in close:
+                started_judging = time.perf_counter()
                 found[key], judged[key] = self._judge(problem, found[key])
+                report(f"{self.name}: layout {key!r} simulates {judged[key]:,.0f} cycles as "
+                       f"built (judged in {time.perf_counter() - started_judging:.1f} s)")
         order = sorted(judged, key=judged.get)
 
         def noted(key: str) -> Placement:
@@ -332,7 +339,11 @@ class TensorParallelPlanner:
             best, cycles = min((fastest_dram(problem, finalist, self.batches, as_built=True,
                                              nearest=True) for finalist in finalists),
                                key=lambda finished: finished[1])
+            report(f"{self.name}: streamed weights placed ({best.dram_policy}): "
+                   f"{cycles:,.0f} cycles")
             if self.batches == 1:
+                report(f"{self.name}: judging variants of the kept plan as built (row bounds, "
+                       "attention bands, stationary weights)")
                 best, cycles = self._with_row_bounds(problem, best, cycles)
                 best, cycles = self._with_attention_bands(problem, best, cycles)
                 best = self._with_stationary_weights(problem, best, cycles)
@@ -615,6 +626,7 @@ class TensorParallelPlanner:
         """The plan of ``space`` (:meth:`_local_search` or, with ``search="ilp"``, the
         integer program of :mod:`~.layout_ilp`); its copies on their tiles."""
         found, left = None, self._solving_left
+        searching = time.perf_counter()
         if self.search == "ilp" and (left is None or left > 0):
             found = solve_layouts(space.walk, space.options, space.inputs, self.solver, left,
                                   self.mip_gap, self.late_gap)
@@ -643,6 +655,9 @@ class TensorParallelPlanner:
                  "dims": sorted({s.dim for s in splits})}
         if stages > 1:
             notes["stages"] = stages
+        report(f"{self.name}: layout {space.key!r} searched in "
+               f"{time.perf_counter() - searching:.1f} s: {len(splits)} ops split, estimated "
+               f"{best:,.0f} cycles")
         placement = Placement(
             strategy=self.name,
             op_cluster=tuple(homes[s] for s in op_stage),

@@ -34,6 +34,7 @@ from tvm_chiplet.passes.planners import (
     planner_for_inputs,
     plans_for_inputs,
 )
+from tvm_chiplet.passes.planners.base import planning_progress
 from tvm_chiplet.passes.reduce_graph import ReduceGraph
 from tvm_chiplet.runtime.artifact import ChipletModule
 from tvm_chiplet.runtime.device import DeviceSimResult, simulate_plan, simulate_workload
@@ -386,7 +387,8 @@ def build(
         simulator=simulate_workload,
     )
     instruments = [_PassProgress(progress)] if progress else []
-    with tvm.transform.PassContext(opt_level=3, instruments=instruments):
+    with tvm.transform.PassContext(opt_level=3, instruments=instruments), \
+            planning_progress(progress):
         partitioned = passes(mod)
     plan_time = time.perf_counter() - started
     strategy_name = strategy if isinstance(strategy, str) else getattr(strategy, "name", "custom")

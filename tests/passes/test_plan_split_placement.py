@@ -20,6 +20,7 @@ from tvm_chiplet.passes.plan_split_placement import (
     split_problem,
 )
 from tvm_chiplet.passes.planners import PlanningError, evaluate
+from tvm_chiplet.passes.planners.base import planning_progress
 from tvm_chiplet.passes.planners.evaluate import simulate_placement
 from tvm_chiplet.passes.planners.placement import OpSplit, Placement
 from tvm_chiplet.runtime.device import simulate_plan, simulate_workload
@@ -316,3 +317,20 @@ def test_a_realised_plans_work_items_are_built_once_for_all_its_judgements(monke
                                          dram_shares=p.dram_shares), graph)
         fresh = simulate_workload(tasks, messages, system, 1, fetches=fetches)
         assert judged == fresh.total_cycles
+
+
+def test_a_long_realisation_is_reported_to_the_planning_progress(monkeypatch):
+    # Realising a plan on a large grid takes a minute: the driver's progress hears of each one
+    # that lasts (here every one: the threshold is lowered), and nothing is heard outside it.
+    monkeypatch.setattr(plan_split_placement, "REPORTED_REALISATION", 0.0)
+    mod = small_cnn()
+    problem, _ = split_problem(mod, ReduceGraph()(mod), SYSTEM, simulate_workload)
+    placement = SplitFirstAnchor().plan(problem)
+    heard = []
+    with planning_progress(heard.append):
+        graph, realised = problem.realise(placement)
+    assert len(heard) == 1
+    assert heard[0].startswith(f"realised 1 split ops over {len(set(realised.op_cluster))} "
+                               f"clusters: {len(graph.ops):,} ops in ")
+    problem.realise(dataclasses.replace(placement, even_rows=not placement.even_rows))
+    assert len(heard) == 1

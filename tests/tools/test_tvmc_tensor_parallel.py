@@ -70,6 +70,29 @@ def test_the_compile_summary_says_how_busy_the_run_kept_clusters_and_links(tmp_p
                 f"{100 * row['links_busy']:.0f}% of the run on average (the busiest link "
                 f"{100 * row['busiest_link']:.0f}%)") in printed
 
+def test_tvmc_compile_reports_the_steps_of_a_tensor_parallel_plan(tmp_path, capsys):
+    # A plan of minutes on a large grid says what it is doing: each layout searched, each plan
+    # judged as built, where the streamed weights went; every figure is the plan's own.
+    plan = compile_run_and_compare(tmp_path, models.get_model("small-cnn"), "chiplet/mesh-4x4",
+                                   "tensor-parallel")
+    lines = [line.removeprefix("[compile] ") for line in capsys.readouterr().err.splitlines()
+             if line.startswith("[compile] tensor-parallel: ")]
+    notes = plan["placement"]["notes"]
+    estimated, judged = notes["estimated_cycles"], notes["simulated_cycles"]
+    assert lines[0] == (f"tensor-parallel: {len(notes['layouts_started'])} layouts estimated, "
+                        f"{len([k for k in notes['layouts_started'] if k in estimated])} searched")
+    for key, cycles in estimated.items():
+        if key != "whole":  # the grid's plan without splits: estimated, not searched
+            assert any(line.startswith(f"tensor-parallel: layout {key!r} searched in ")
+                       and line.endswith(f"estimated {cycles:,.0f} cycles") for line in lines)
+    assert f"tensor-parallel: {len(judged)} plans to judge as built (realised and simulated)" \
+        in lines
+    for key, cycles in judged.items():
+        assert any(line.startswith(f"tensor-parallel: layout {key!r} simulates {cycles:,.0f} "
+                                   "cycles as built (judged in ") for line in lines)
+    assert any(line.startswith("tensor-parallel: streamed weights placed (") for line in lines)
+
+
 def test_a_split_plan_is_bounded_on_the_graph_it_was_planned_on():
     # torch's packed Q/K/V projection: one op on the imported graph's critical path, three
     # parallel ones once unpacked for planning, which is what runs: the bound is that graph's.
