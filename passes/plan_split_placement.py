@@ -27,8 +27,9 @@ from tvm_chiplet.passes.distribute_tensors import (
     prepare_for_splits,
 )
 from tvm_chiplet.passes.flatten_matmul_rows import FlattenMatmulRows
+from tvm_chiplet.passes.forked import Forked, spare_cores
 from tvm_chiplet.passes.planners import Planner, PlanningProblem, get_planner
-from tvm_chiplet.passes.planners.base import WorkloadSimulator, report
+from tvm_chiplet.passes.planners.base import WorkloadSimulator, planning_progress, report
 from tvm_chiplet.passes.planners.evaluate import simulate_placement
 from tvm_chiplet.passes.planners.layouts import check_groups
 from tvm_chiplet.passes.planners.placement import Placement, PlanningError
@@ -113,6 +114,10 @@ class SplitRealiser:
     :meth:`module` gives the realised module itself. ``anchors`` lists the planned graph's
     conv2d / matmul ops (:func:`split_problem`); its reduce-scatters go around rings of
     ``topology`` where that is cheaper.
+
+    :meth:`prefetch` starts realising a placement in a forked copy of this process (where
+    there is a core to spare), while this one realises another: the op graph comes back, the
+    module is realised here if it is asked for.
     """
 
     def __init__(self, mod: tvm.IRModule, anchors: list[int], device_dtype: str | None = None,
@@ -120,13 +125,54 @@ class SplitRealiser:
                  partial_width: int | None = None) -> None:
         self.mod, self.anchors, self.device_dtype, self.target = mod, anchors, device_dtype, target
         self.topology, self.partial_width = topology, partial_width
-        self._cache: dict[tuple, tuple[tvm.IRModule, OpGraph, tuple[int, ...]]] = {}
+        # the realised module (None: realised in a forked child, which sent its graph back),
+        # its op graph and the cluster of each of its ops
+        self._cache: dict[tuple, tuple[tvm.IRModule | None, OpGraph, tuple[int, ...]]] = {}
         self._lock = threading.Lock()
+        self._forked = Forked()
 
-    def _realised(self, placement: Placement) -> tuple[tvm.IRModule, OpGraph, tuple[int, ...]]:
-        key = (placement.op_cluster, placement.splits, placement.even_rows)
+    @staticmethod
+    def _key(placement: Placement) -> tuple:
+        return placement.op_cluster, placement.splits, placement.even_rows
+
+    def known(self, placement: Placement) -> bool:
+        """Whether ``placement`` needs no realisation here: it splits no op, or it is realised
+        or being realised (:meth:`prefetch`)."""
+        key = self._key(placement)
+        return not placement.splits or key in self._cache or key in self._forked
+
+    def prefetch(self, placement: Placement) -> None:
+        """Start realising ``placement`` in a forked copy of this process, if a core is spare
+        and it is not :meth:`known`: its op graph is read back when it is asked for."""
+        if self.known(placement) or len(self._forked) >= spare_cores():
+            return
+        started = time.perf_counter()
+
+        def realise_graph() -> tuple[OpGraph, tuple[int, ...], float]:
+            with planning_progress(None):  # reported when it is read back
+                _, graph, op_cluster = self._realise(placement)
+            return graph, op_cluster, time.perf_counter() - started
+
+        self._forked.start(self._key(placement), realise_graph)
+
+    def cancel(self) -> None:
+        """Stop the realisations :meth:`prefetch` started that were not asked for."""
+        self._forked.cancel()
+
+    def _realised(self, placement: Placement, module: bool = False
+                  ) -> tuple[tvm.IRModule | None, OpGraph, tuple[int, ...]]:
+        key = self._key(placement)
         with self._lock:  # TE legalization keeps global state: one realisation at a time
-            if key not in self._cache:
+            if key not in self._cache and key in self._forked:
+                found = self._forked.take(key)
+                if found is not None:
+                    graph, op_cluster, seconds = found
+                    if seconds >= REPORTED_REALISATION:
+                        report(f"realised {len(placement.splits)} split ops over "
+                               f"{len(set(op_cluster))} clusters: {len(graph.ops):,} ops in "
+                               f"{seconds:.1f} s (in a second process)")
+                    self._cache[key] = (None, graph, op_cluster)
+            if key not in self._cache or (module and self._cache[key][0] is None):
                 self._cache[key] = self._realise(placement)
         return self._cache[key]
 
@@ -154,7 +200,7 @@ class SplitRealiser:
         """The reduced module with ``placement``'s splits kept distributed
         (:func:`~.distribute_tensors.distribute_and_reduce`) and the placement of its ops; ops
         that run whole keep their planned clusters."""
-        reduced, _, op_cluster = self._realised(placement)
+        reduced, _, op_cluster = self._realised(placement, module=True)
         return reduced, _realised_placement(placement, op_cluster)
 
 

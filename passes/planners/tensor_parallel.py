@@ -11,7 +11,8 @@ import dataclasses
 import itertools
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import numpy as np
 
@@ -312,11 +313,17 @@ class TensorParallelPlanner:
             judged = {}
             report(f"{self.name}: {len(close)} plans to judge as built (realised and "
                    "simulated)")
-            for key in close:
+
+            def judge(i: int) -> tuple[Placement, float]:
                 started_judging = time.perf_counter()
-                found[key], judged[key] = self._judge(problem, found[key])
-                report(f"{self.name}: layout {key!r} simulates {judged[key]:,.0f} cycles as "
-                       f"built (judged in {time.perf_counter() - started_judging:.1f} s)")
+                judgement = self._judge(problem, found[close[i]])
+                report(f"{self.name}: layout {close[i]!r} simulates {judgement[1]:,.0f} cycles "
+                       f"as built (judged in {time.perf_counter() - started_judging:.1f} s)")
+                return judgement
+
+            for key, judgement in zip(close, _each_built(problem, [found[k] for k in close],
+                                                          judge), strict=True):
+                found[key], judged[key] = judgement
         order = sorted(judged, key=judged.get)
 
         def noted(key: str) -> Placement:
@@ -392,8 +399,10 @@ class TensorParallelPlanner:
                 candidates[name] = dataclasses.replace(placement, splits=splits)
         if len(candidates) == 1 and _snaked(problem, placement).splits == placement.splits:
             return placement
-        cycles = {name: self._built_cycles(problem, candidate)
-                  for name, candidate in candidates.items()}
+        names = list(candidates)
+        cycles = dict(zip(names, _each_built(
+            problem, [candidates[name] for name in names],
+            lambda i: self._built_cycles(problem, candidates[names[i]])), strict=True))
         pick = min(cycles, key=cycles.get)
         snaked = _snaked(problem, candidates[pick])
         if snaked.splits not in (c.splits for c in candidates.values()):
@@ -915,6 +924,33 @@ SEARCHES = ("local", "ilp")
 integer program of :mod:`~tvm_chiplet.passes.planners.layout_ilp`."""
 
 
+T = TypeVar("T")
+
+def _each_built(problem: PlanningProblem, placements: list[Placement],
+                judge: Callable[[int], T]) -> list[T]:
+    """``judge(i)`` of each of ``placements`` in order, ``judge`` realising them as built.
+    Where the problem's realiser can realise in a forked process
+    (:meth:`~tvm_chiplet.passes.plan_split_placement.SplitRealiser.prefetch`: a core to spare)
+    the next plan still to realise that realises for seconds (:data:`FORKED_MESSAGES`) is
+    realised there while this process realises the one it judges: the judgements are the
+    same, in about half the time when they are all realisations of seconds."""
+    realiser = problem.realise
+    prefetch = getattr(realiser, "prefetch", None)
+    judged = []
+    try:
+        for i, placement in enumerate(placements):
+            if prefetch is not None and not realiser.known(placement):
+                later = next((p for p in placements[i + 1:] if not realiser.known(p)
+                              and collective_messages(p) >= FORKED_MESSAGES), None)
+                if later is not None:
+                    prefetch(later)
+            judged.append(judge(i))
+    finally:
+        if prefetch is not None:
+            realiser.cancel()
+    return judged
+
+
 def collective_messages(placement: Placement) -> int:
     """The most point-to-point messages a plan's collectives realise to (``k^2`` for each op
     split ``k`` ways): what its realisation's size, and so its time, grows with."""
@@ -1012,6 +1048,11 @@ ROWS_JUDGED_MESSAGES = 2**18
 in the grid's rows (:meth:`TensorParallelPlanner._in_rows`), which realises and simulates it
 once or twice more: for ResNet-50 at batch 1, 2^16 on simba-6x6 and about 2^17.8 on an 8x8 mesh;
 2^21.7 on a 16x16 mesh, not judged, which keeps its planning within 120 s."""
+
+FORKED_MESSAGES = 8192
+"""Messages (:func:`collective_messages`) from which a plan judged as built is realised in a
+forked process while another is realised here (:func:`_each_built`): a plan that realises
+for seconds (:data:`JUDGED_MESSAGES`), beside which forking's milliseconds do not count."""
 
 JUDGED_MESSAGES = 8192
 """Messages (:func:`collective_messages`) up to which a plan is judged by simulation even when

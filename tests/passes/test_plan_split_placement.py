@@ -3,6 +3,7 @@
 import dataclasses
 import gc
 import json
+import os
 
 import numpy as np
 import onnx
@@ -14,14 +15,20 @@ import tvm_chiplet
 from tvm_chiplet.passes import ReduceGraph, plan_split_placement
 from tvm_chiplet.passes.analysis.extract_op_graph import extract_op_graph
 from tvm_chiplet.passes.attrs import call_placement
+from tvm_chiplet.passes.forked import Forked
 from tvm_chiplet.passes.plan_split_placement import (
     PlanSplitPlacement,
     anchor_op_ids,
     split_problem,
 )
-from tvm_chiplet.passes.planners import PlanningError, evaluate
+from tvm_chiplet.passes.planners import (
+    PlanningError,
+    TensorParallelPlanner,
+    evaluate,
+    tensor_parallel,
+)
 from tvm_chiplet.passes.planners.base import planning_progress
-from tvm_chiplet.passes.planners.evaluate import simulate_placement
+from tvm_chiplet.passes.planners.evaluate import placement_key, simulate_placement
 from tvm_chiplet.passes.planners.placement import OpSplit, Placement
 from tvm_chiplet.runtime.device import simulate_plan, simulate_workload
 from tvm_chiplet.targets.system_generators import mesh_system
@@ -334,3 +341,54 @@ def test_a_long_realisation_is_reported_to_the_planning_progress(monkeypatch):
                                f"clusters: {len(graph.ops):,} ops in ")
     problem.realise(dataclasses.replace(placement, even_rows=not placement.even_rows))
     assert len(heard) == 1
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork (POSIX)")
+def test_a_plan_realised_in_a_forked_process_is_the_one_realised_here(monkeypatch):
+    # Its op graph comes back from the child; its module, asked for, is realised here.
+    monkeypatch.setattr(plan_split_placement, "spare_cores", lambda: 1)
+    monkeypatch.setattr(plan_split_placement, "REPORTED_REALISATION", 0.0)
+    mod = small_cnn()
+    problem, _ = split_problem(mod, ReduceGraph()(mod), SYSTEM, simulate_workload)
+    placement = SplitFirstAnchor().plan(problem)
+    here, _ = split_problem(mod, ReduceGraph()(mod), SYSTEM, simulate_workload)
+    heard = []
+    assert not problem.realise.known(placement)
+    problem.realise.prefetch(placement)
+    assert problem.realise.known(placement)
+    with planning_progress(heard.append):
+        graph, realised = problem.realise(placement)
+    expected, expected_placement = here.realise(placement)
+    assert realised == expected_placement
+    assert [dataclasses.astuple(op) for op in graph.ops] == \
+        [dataclasses.astuple(op) for op in expected.ops]
+    assert list(graph.graph.edges(data=True)) == list(expected.graph.edges(data=True))
+    assert heard and heard[0].endswith("(in a second process)")
+    module, _ = problem.realise.module(placement)
+    tvm.ir.assert_structural_equal(module, here.realise.module(placement)[0])
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork (POSIX)")
+def test_tensor_parallel_plans_alike_when_it_realises_plans_in_a_forked_process(monkeypatch):
+    system = load_system("mesh-4x4")
+    mod = small_cnn()
+
+    def plan():
+        problem, _ = split_problem(mod, ReduceGraph()(mod), system, simulate_workload)
+        return TensorParallelPlanner(batches=1).plan(problem)
+
+    alone = plan()
+    forked = []
+    start = Forked.start
+
+    def spy(self, key, compute):
+        forked.append(key)
+        start(self, key, compute)
+
+    monkeypatch.setattr(plan_split_placement, "spare_cores", lambda: 1)
+    monkeypatch.setattr(tensor_parallel, "FORKED_MESSAGES", 0)  # every plan, however small
+    monkeypatch.setattr(Forked, "start", spy)
+    beside = plan()
+    assert forked  # a plan was realised in a child
+    assert placement_key(beside) == placement_key(alone)
+    assert beside.notes["simulated_cycles"] == alone.notes["simulated_cycles"]
