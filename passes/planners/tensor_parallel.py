@@ -926,6 +926,7 @@ integer program of :mod:`~tvm_chiplet.passes.planners.layout_ilp`."""
 
 T = TypeVar("T")
 
+
 def _each_built(problem: PlanningProblem, placements: list[Placement],
                 judge: Callable[[int], T]) -> list[T]:
     """``judge(i)`` of each of ``placements`` in order, ``judge`` realising them as built.

@@ -70,6 +70,7 @@ def test_the_compile_summary_says_how_busy_the_run_kept_clusters_and_links(tmp_p
                 f"{100 * row['links_busy']:.0f}% of the run on average (the busiest link "
                 f"{100 * row['busiest_link']:.0f}%)") in printed
 
+
 def test_tvmc_compile_reports_the_steps_of_a_tensor_parallel_plan(tmp_path, capsys):
     # A plan of minutes on a large grid says what it is doing: each layout searched, each plan
     # judged as built, where the streamed weights went; every figure is the plan's own.
