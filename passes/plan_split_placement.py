@@ -10,6 +10,7 @@ import re
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 
 import tvm
 
@@ -30,7 +31,7 @@ from tvm_chiplet.passes.flatten_matmul_rows import FlattenMatmulRows
 from tvm_chiplet.passes.forked import Forked, spare_cores
 from tvm_chiplet.passes.planners import Planner, PlanningProblem, get_planner
 from tvm_chiplet.passes.planners.base import WorkloadSimulator, planning_progress, report
-from tvm_chiplet.passes.planners.evaluate import simulate_placement
+from tvm_chiplet.passes.planners.evaluate import realisation_key, simulate_placement
 from tvm_chiplet.passes.planners.layouts import check_groups
 from tvm_chiplet.passes.planners.placement import Placement, PlanningError
 from tvm_chiplet.passes.reduce_graph import ReduceGraph
@@ -131,14 +132,10 @@ class SplitRealiser:
         self._lock = threading.Lock()
         self._forked = Forked()
 
-    @staticmethod
-    def _key(placement: Placement) -> tuple:
-        return placement.op_cluster, placement.splits, placement.even_rows
-
     def known(self, placement: Placement) -> bool:
         """Whether ``placement`` needs no realisation here: it splits no op, or it is realised
         or being realised (:meth:`prefetch`)."""
-        key = self._key(placement)
+        key = realisation_key(placement)
         return not placement.splits or key in self._cache or key in self._forked
 
     def prefetch(self, placement: Placement) -> None:
@@ -153,7 +150,7 @@ class SplitRealiser:
                 _, graph, op_cluster = self._realise(placement)
             return graph, op_cluster, time.perf_counter() - started
 
-        self._forked.start(self._key(placement), realise_graph)
+        self._forked.start(realisation_key(placement), realise_graph)
 
     def cancel(self) -> None:
         """Stop the realisations :meth:`prefetch` started that were not asked for."""
@@ -161,16 +158,14 @@ class SplitRealiser:
 
     def _realised(self, placement: Placement, module: bool = False
                   ) -> tuple[tvm.IRModule | None, OpGraph, tuple[int, ...]]:
-        key = self._key(placement)
+        key = realisation_key(placement)
         with self._lock:  # TE legalization keeps global state: one realisation at a time
             if key not in self._cache and key in self._forked:
                 found = self._forked.take(key)
                 if found is not None:
                     graph, op_cluster, seconds = found
-                    if seconds >= REPORTED_REALISATION:
-                        report(f"realised {len(placement.splits)} split ops over "
-                               f"{len(set(op_cluster))} clusters: {len(graph.ops):,} ops in "
-                               f"{seconds:.1f} s (in a second process)")
+                    _report_realisation(placement, graph, op_cluster, seconds,
+                                        " (in a second process)")
                     self._cache[key] = (None, graph, op_cluster)
             if key not in self._cache or (module and self._cache[key][0] is None):
                 self._cache[key] = self._realise(placement)
@@ -186,10 +181,7 @@ class SplitRealiser:
                 self.mod, splits, placement.op_cluster, home, self.target, self.topology,
                 centred_rows=not placement.even_rows)
             graph = extract_op_graph(reduced, self.device_dtype, self.partial_width)
-        seconds = time.perf_counter() - started
-        if seconds >= REPORTED_REALISATION:
-            report(f"realised {len(splits)} split ops over {len(set(op_cluster))} clusters: "
-                   f"{len(graph.ops):,} ops in {seconds:.1f} s")
+        _report_realisation(placement, graph, op_cluster, time.perf_counter() - started)
         return reduced, graph, tuple(op_cluster)
 
     def __call__(self, placement: Placement) -> tuple[OpGraph, Placement]:
@@ -208,6 +200,14 @@ REPORTED_REALISATION = 1.0
 """Seconds from which a realisation is reported to the planning progress
 (:func:`~.planners.base.planning_progress`): the realisations of small plans, many per plan and
 each over in a moment, are not."""
+
+
+def _report_realisation(placement: Placement, graph: OpGraph, op_cluster: Sequence[int],
+                        seconds: float, where: str = "") -> None:
+    """Report a realisation of :data:`REPORTED_REALISATION` seconds or more."""
+    if seconds >= REPORTED_REALISATION:
+        report(f"realised {len(placement.splits)} split ops over {len(set(op_cluster))} "
+               f"clusters: {len(graph.ops):,} ops in {seconds:.1f} s{where}")
 
 
 @contextlib.contextmanager

@@ -39,6 +39,13 @@ def built_items(problem: PlanningProblem, placement: Placement) -> list[WorkItem
     return placement_items(problem, placement)
 
 
+def realisation_key(placement: Placement) -> tuple:
+    """What realising ``placement``'s splits depends on: where its ops run, its splits and how
+    it bounds rows (:class:`~tvm_chiplet.passes.plan_split_placement.SplitRealiser` realises
+    each distinct key once)."""
+    return placement.op_cluster, placement.splits, placement.even_rows
+
+
 def _realised_items(problem: PlanningProblem, placement: Placement
                     ) -> tuple[Placement, list[WorkItem]]:
     """The realised placement of ``placement`` (which splits ops) and its work items, kept in
@@ -49,8 +56,7 @@ def _realised_items(problem: PlanningProblem, placement: Placement
     :class:`~tvm_chiplet.passes.plan_split_placement.SplitRealiser` caches it), not by the
     realised graph: a realiser may hand one graph to placements whose ops it places apart.
     Callers copy the list before changing it."""
-    realised_key = (placement.op_cluster, placement.splits, placement.even_rows)
-    key = ("built items", realised_key, placement.replicas)
+    key = ("built items", realisation_key(placement), placement.replicas)
     graph, realised = problem.realise(placement)
     if key not in problem.memo:
         problem.memo[key] = graph_items(graph, realised)
