@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import gc
 import math
 import re
 import threading
@@ -36,6 +34,7 @@ from tvm_chiplet.passes.planners.layouts import check_groups
 from tvm_chiplet.passes.planners.placement import Placement, PlanningError
 from tvm_chiplet.passes.reduce_graph import ReduceGraph
 from tvm_chiplet.passes.split_operators import anchor_bindings, find_anchors
+from tvm_chiplet.targets.collector import collection_paused
 from tvm_chiplet.targets.system import ChipletSystem
 from tvm_chiplet.targets.topology import Topology
 
@@ -176,7 +175,7 @@ class SplitRealiser:
         splits = [DistributedSplit(index[s.op_id], s.dim, s.clusters) for s in placement.splits]
         home = Counter(placement.op_cluster).most_common(1)[0][0] if placement.op_cluster else 0
         started = time.perf_counter()
-        with _collection_paused():
+        with collection_paused():
             reduced, op_cluster = distribute_and_reduce(
                 self.mod, splits, placement.op_cluster, home, self.target, self.topology,
                 centred_rows=not placement.even_rows)
@@ -208,21 +207,6 @@ def _report_realisation(placement: Placement, graph: OpGraph, op_cluster: Sequen
     if seconds >= REPORTED_REALISATION:
         report(f"realised {len(placement.splits)} split ops over {len(set(op_cluster))} "
                f"clusters: {len(graph.ops):,} ops in {seconds:.1f} s{where}")
-
-
-@contextlib.contextmanager
-def _collection_paused():
-    """Python's cyclic garbage collector paused (if it runs), and resumed after. Realising a
-    plan makes millions of objects: HF-layout BERT-base's plan on the 16x16 mesh leaves about
-    2 million in reference cycles, and each collection during it walks every object still
-    alive. The garbage is collected by the collector's next run after."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _realised_placement(placement: Placement, op_cluster: tuple[int, ...]) -> Placement:

@@ -24,6 +24,7 @@ from tvm_chiplet.runtime.simulator import (
     acyclic,
     simulate,
 )
+from tvm_chiplet.targets.collector import collection_paused
 from tvm_chiplet.targets.cost_model import static_energy_pj
 from tvm_chiplet.targets.routing import RoutingTables
 from tvm_chiplet.targets.system import ChipletSystem
@@ -131,6 +132,7 @@ class DeviceSimResult(SimResult):
         return int(self.batches) * self.copies * self.microbatch
 
 
+@collection_paused()
 def simulate_workload(
     tasks: list[dict], messages: list[dict], system: ChipletSystem, batches: int = 1,
     network: str = "flow", progress=None, fetches: list[dict] = (), copies: int = 1,

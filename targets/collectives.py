@@ -131,8 +131,9 @@ def y_first_sources(topology: Topology, members: Sequence[int]) -> frozenset[int
             [odd] if len(orders) > 1 else []) + ([frozenset(members)] if "yx" in orders else [])
         if not any(link.multicast for link in system.links):
             choices = choices[:1]  # no trees to choose
-        known[members] = min(choices, key=lambda choice: _busiest(
-            _direct_loads(topology, members, choice)))  # the first of the least loaded
+        known[members] = choices[0] if len(choices) == 1 else min(
+            choices, key=lambda choice: _busiest(_direct_loads(topology, members, choice))
+        )  # the first of the least loaded
     return known[members]
 
 
@@ -140,7 +141,21 @@ def _direct_loads(topology: Topology, members: tuple[int, ...], y_first: frozens
                   ) -> Counter:
     """Parts each link carries when every member sends its part to every other directly: as
     one tree (Y first from ``y_first``) where every link on it multicasts, else (and always
-    when ``y_first`` is None) as a message to each on the system's routes."""
+    when ``y_first`` is None) as a message to each on the system's routes. Computed once per
+    topology, members and order (:func:`y_first_sources` weighs the orders that
+    :func:`direct_load` then reads); each caller gets its own copy."""
+    known = _LOADS.setdefault(topology, {})
+    key = (members, y_first)
+    if key not in known:
+        known[key] = _loads(topology, members, y_first)
+    return Counter(known[key])
+
+
+def _loads(topology: Topology, members: tuple[int, ...], y_first: frozenset[int] | None
+           ) -> Counter:
+    """:func:`_direct_loads`, computed."""
+    if not any(link.multicast for link in topology.system.links):
+        y_first = None  # no tree can be taken: every link on one would have to multicast
     loads: Counter = Counter()
     for source in members:
         if y_first is not None:
@@ -203,6 +218,9 @@ def _lighter_ring(topology: Topology, clusters: Sequence[int], multicast: bool
 
 _ORDERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 """Each topology's tree orders, by members (:func:`y_first_sources`)."""
+
+_LOADS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""Each topology's direct loads, by (members, Y-first sources) (:func:`_direct_loads`)."""
 
 _RINGS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 """Each topology's rings, by (members, multicast): every workload of a planner's candidates

@@ -99,6 +99,7 @@ import numpy as np
 
 from tvm_chiplet.targets import cost_model
 from tvm_chiplet.targets.collectives import gather_ring, ring_route, y_first_sources
+from tvm_chiplet.targets.collector import collection_paused
 from tvm_chiplet.targets.system import ChipletSystem
 from tvm_chiplet.targets.topology import Topology
 
@@ -465,6 +466,7 @@ def fetch_source(fetch: dict, system: ChipletSystem) -> int:
     return fetch["lender"] if fetch.get("dram") is None else system.drams[fetch["dram"]].node
 
 
+@collection_paused()
 def build_workload(
     items: Sequence[WorkItem], system: ChipletSystem, topology: Topology | None = None,
     dram_policy: str = "interleave", dram_shares: Sequence[tuple[int, int, float]] = (),

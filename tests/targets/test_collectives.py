@@ -1,6 +1,8 @@
 """How a group all-gathers: a ring of neighbours where it loads the busiest link less than
 sending every part directly (as multicast trees where links multicast)."""
 
+from collections import Counter
+
 import pytest
 
 from tvm_chiplet.targets.collectives import (
@@ -117,3 +119,21 @@ def test_a_reduce_scatter_rings_where_sending_every_slice_directly_loads_links_m
     assert sorted(reduce_ring(topology, group)) == group
     # Too few members for a ring.
     assert reduce_ring(topology, [0, 1]) is None
+
+
+def test_a_caller_changing_its_direct_loads_does_not_change_the_next_callers():
+    topology = Topology(load_system("simba-6x6"))
+    members = range(12)
+    first = direct_load(topology, members)
+    first.clear()  # a caller's own copy: what it does to it does not reach the next caller
+    again = direct_load(topology, members)
+    assert again and again == direct_load(Topology(load_system("simba-6x6")), members)
+
+
+def test_without_multicast_routers_a_direct_gather_sends_a_message_to_each_member():
+    topology = Topology(mesh_system(4, 4))
+    members = [0, 1, 2, 5]
+    by_route = Counter(link for src in members for dst in members if src != dst
+                       for link in topology.route(src, dst))
+    assert direct_load(topology, members) == by_route
+    assert y_first_sources(topology, members) == frozenset()
