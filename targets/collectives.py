@@ -104,8 +104,13 @@ def direct_load(topology: Topology, clusters: Sequence[int], multicast: bool = T
     :func:`y_first_sources` picks, unless ``multicast`` is False: each member a distinct part
     to every other, as a reduce-scatter sends them)."""
     members = tuple(sorted(set(clusters)))
-    return _direct_loads(topology, members,
-                         y_first_sources(topology, members) if multicast else None)
+    trees = multicast and _multicasts(topology)
+    return _direct_loads(topology, members, y_first_sources(topology, members) if trees else None)
+
+
+def _multicasts(topology: Topology) -> bool:
+    """Whether any link of the system multicasts: without one, no tree can be taken."""
+    return any(link.multicast for link in topology.system.links)
 
 
 def y_first_sources(topology: Topology, members: Sequence[int]) -> frozenset[int]:
@@ -129,7 +134,7 @@ def y_first_sources(topology: Topology, members: Sequence[int]) -> frozenset[int
         orders = system.multicast_orders
         choices = ([frozenset()] if "xy" in orders else []) + (
             [odd] if len(orders) > 1 else []) + ([frozenset(members)] if "yx" in orders else [])
-        if not any(link.multicast for link in system.links):
+        if not _multicasts(topology):
             choices = choices[:1]  # no trees to choose
         known[members] = choices[0] if len(choices) == 1 else min(
             choices, key=lambda choice: _busiest(_direct_loads(topology, members, choice))
@@ -154,8 +159,6 @@ def _direct_loads(topology: Topology, members: tuple[int, ...], y_first: frozens
 def _loads(topology: Topology, members: tuple[int, ...], y_first: frozenset[int] | None
            ) -> Counter:
     """:func:`_direct_loads`, computed."""
-    if not any(link.multicast for link in topology.system.links):
-        y_first = None  # no tree can be taken: every link on one would have to multicast
     loads: Counter = Counter()
     for source in members:
         if y_first is not None:
