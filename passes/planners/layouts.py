@@ -19,17 +19,19 @@ builds. Every value of the op graph has a :class:`Layout`:
   apart, leaving the output sharded along the channels).
 
 A split op needs its activation input in one layout (an output-channel split reads it
-replicated over its group, an input-channel split reads it sharded along channels over the same
-group, a row split sharded along rows) and produces another. Ops that are not split follow their
-input's layout, part by part, as DistributeTensors makes them; attention's reshapes turn
-channels into heads and back (:func:`renamed_axis`), so that its scores, softmax and context
-follow the heads of the projections when the parts divide the heads (see :data:`HEADS`), and
-the matmuls of two activations (:attr:`~.base.PlanningProblem.follow_ops`) may follow instead
-of being split. Where a layout differs from what
-its consumer needs, the value is redistributed by a collective whose time is estimated from the
-busiest link of its messages on the system's routes: all-gather (ring or direct, as
-:mod:`~tvm_chiplet.targets.collectives` picks), broadcast (multicast trees where links
-replicate), scatter, gather, reduce-scatter and all-to-all.
+replicated over its group, but a depthwise conv's only its own channels, sharded along them; an
+input-channel split reads it sharded along channels over the same group, a row split sharded
+along rows, each band with its halo: the rows its window reads beyond its share, exchanged
+between neighbouring bands when the input already lies in them) and produces another. Ops
+that are not split follow their input's layout, part by part, as DistributeTensors makes them;
+attention's reshapes turn channels into heads and back (:func:`renamed_axis`), so that its
+scores, softmax and context follow the heads of the projections when the parts divide the heads
+(see :data:`HEADS`), and the matmuls of two activations
+(:attr:`~.base.PlanningProblem.follow_ops`) may follow instead of being split. Where a layout
+differs from what its consumer needs, the value is redistributed by a collective whose time is
+estimated from the busiest link of its messages on the system's routes: all-gather (ring or
+direct, as :mod:`~tvm_chiplet.targets.collectives` picks), broadcast (multicast trees where
+links replicate), scatter, gather, reduce-scatter and all-to-all.
 
 Groups are the :func:`allocation_groups` of a system: nested 2-D sub-meshes of its cluster grid.
 A pipeline over 2-D regions (:class:`LayoutCosts` with ``tiles``) has the nested groups of each
@@ -833,6 +835,9 @@ class CostWalk:
                     # A depthwise conv's tile reads its own channels of its band (and the
                     # halo); a plain conv's every channel of its band.
                     need = out if costs.depthwise(op_id) else Layout("banded", group, "rows", by)
+                elif dim == "out_channels" and costs.depthwise(op_id):
+                    # A depthwise conv's part reads its own channels.
+                    need = out = Layout("sharded", group, axis)
                 elif dim in ("out_channels", "cols"):
                     need, out = Layout("replicated", group), Layout("sharded", group, axis)
                 elif dim in REDUCTION_DIMS:
@@ -842,7 +847,13 @@ class CostWalk:
             data = self.data[op_id]
             halo, rows = costs.problem.halos.get(op_id, (0, 0))
             # A band reads its rows and the halo: that much more than its share.
-            grown = 1.0 + halo * (parts // by) / rows if by is not None and rows else 1.0
+            bands = parts // by if by is not None else parts if dim == "rows" else 0
+            grown = 1.0 + halo * bands / rows if bands and rows else 1.0
+            if by is None and bands > 1 and grown > 1.0 and layout.get(data) == need:
+                # Its input already in these row bands: each band receives its halo from the
+                # bands beside it, costed as pairs of neighbouring members exchanging them.
+                halo_bytes = (grown - 1.0) * sum(n for p, n in preds if p == data)
+                moves.append((data, need, Layout("banded", group, "rows", 2), halo_bytes))
             for p, nbytes in preds:
                 if p == data:
                     want = need

@@ -168,6 +168,37 @@ def test_a_depthwise_conv_split_in_2d_reads_its_own_tile_not_its_band_gathered()
     assert cycles[0] < cycles[1]
 
 
+def test_a_row_split_reads_its_halo_and_a_depthwise_channel_split_its_own_channels():
+    system = mesh_system(4, 4, bandwidth=32.0)
+    plain = {"out_channels": 64, "in_channels": 64, "rows": 56}
+    depthwise = {"out_channels": 64, "rows": 56}
+
+    def moves_into(choice, dims=None, halos=None):
+        problem = PlanningProblem(CHAIN, system, Topology(system),
+                                  dims or {0: plain, 1: plain, 2: plain}, halos=halos or {})
+        costs = LayoutCosts(problem)
+        walk = CostWalk(costs, choice)
+        state = walk.start()
+        walk.advance(state, choice, stop=1)
+        _, _, _, _, moves = walk.step(1, choice[1], state.layout)
+        return sum(costs.move(src, want, nbytes) for _, src, want, nbytes in moves)
+
+    rows = {0: ("rows", 4), 1: ("rows", 4)}
+    # Its input already in the same row bands: free without a halo; with one, each band
+    # receives the rows beside it, the more the wider the window.
+    assert moves_into(rows) == 0.0
+    narrow, wide = (moves_into(rows, halos={1: (halo, 56)}) for halo in (2, 6))
+    assert 0.0 < narrow < wide
+    # Scattered from one cluster, each band also takes its halo along.
+    scattered = {0: None, 1: ("rows", 4)}
+    assert moves_into(scattered, halos={1: (6, 56)}) > moves_into(scattered)
+    # An output-channel split reads its input replicated, but a depthwise conv's part reads
+    # only its own channels: after an output-channel split over the same group, nothing moves.
+    channels = {0: ("out_channels", 4), 1: ("out_channels", 4)}
+    assert moves_into(channels) > 0.0
+    assert moves_into(channels, {0: plain, 1: depthwise, 2: plain}) == 0.0
+
+
 def test_parts_holding_one_slice_of_the_weights_pool_it_when_asked():
     # With pool_replicas, each of the parts that hold the same weights (a row band each)
     # holds a stripe of them and fetches the others' over its links before it computes.
