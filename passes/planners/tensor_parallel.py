@@ -554,8 +554,8 @@ class TensorParallelPlanner:
     def _layouts(self, problem: PlanningProblem):
         """(key, stage tiles, copy tiles, pooled[, microbatch[, tiled[, blocks]]]) of every
         layout of the grid to try: the whole grid (``"1"``, and for one input ``"1 untiled"``:
-        without 2-D splits, whose estimate leaves the halos out, so that the simulator judges
-        both, and ``"1 unblocked"``: without blocks splits, see :meth:`plan`);
+        without 2-D splits, whose estimate takes halos as gathered inside a band, so that the
+        simulator judges both, and ``"1 unblocked"``: without blocks splits, see :meth:`plan`);
         ``R`` copies of a plan on one of ``R`` tiles (``"R"``, for ``R`` up to the inputs); a
         pipeline of ``S`` stages, one per tile (``"S stages"``, up to :data:`STAGES`); and
         ``R`` copies of an ``S``-stage pipeline (``"R x S stages"``). Every layout with copies
@@ -569,9 +569,10 @@ class TensorParallelPlanner:
             yield "1", [None], None, False
             if inputs == 1 and any(tileable(dims) and not _follows(problem, op_id)
                                    for op_id, dims in problem.split_dims.items()):
-                # Judged against the plan with 2-D splits, whose estimate leaves out halos
-                # and the re-cuts of small pieces (BERT-base batch 1 on the 8x8 mesh: its
-                # tiled plan simulates 7.5 % slower than the untiled one).
+                # Judged against the plan with 2-D splits, whose estimate takes halos as
+                # gathered inside a band and leaves out the re-cuts of small pieces (BERT-base
+                # batch 1 on the 8x8 mesh: its tiled plan simulates 7.5 % slower than the
+                # untiled one).
                 yield UNTILED, [None], None, False, 1, False
             if inputs == 1 and any(_blocks(dims) and not _follows(problem, op_id)
                                    for op_id, dims in problem.split_dims.items()):

@@ -47,6 +47,30 @@ def test_the_program_finds_the_cheapest_choice_of_every_op(inputs):
     assert found.bound == pytest.approx(found.objective, rel=1e-6)
 
 
+def test_the_program_costs_a_row_splits_halo_as_the_walk_does():
+    # Two convs that may both split into row bands, each reading a halo of 6 rows: the first's
+    # from the model input (free), the second's with its bands wherever the first's output
+    # lies in another layout, a move between two ops' choices.
+    system = mesh_system(2, 4, bandwidth=32.0)
+    dims = {0: {"out_channels": 64, "rows": 56},
+            1: {"out_channels": 128, "in_channels": 64, "rows": 56}, 2: DIMS[2]}
+    p = PlanningProblem(CHAIN, system, Topology(system), dims, halos={0: (6, 56), 1: (6, 56)})
+    space = TensorParallelPlanner()._space(p, "1", [None], None)
+    found = solve_layouts(space.walk, space.options, space.inputs)
+    ops = list(space.options)
+    every = [dict(zip(ops, combo, strict=True))
+             for combo in itertools.product(*(space.options[op] for op in ops))]
+    assert found.objective == pytest.approx(min(map(space.estimate, every)), rel=1e-6)
+    assert space.estimate(found.choice) == pytest.approx(found.objective, rel=1e-6)
+    # The halo is paid: the second op's bands over the grid, cut from the first's output
+    # whole, cost more with it than without.
+    rows = next(c for c in every if c[0] is None and c[1] == ("rows", max(
+        group for dim, group in filter(None, space.options[1]) if dim == "rows")))
+    plain = TensorParallelPlanner()._space(
+        dataclasses.replace(p, halos={}), "1", [None], None).estimate(rows)
+    assert space.estimate(rows) > plain
+
+
 def test_weights_that_overflow_a_cluster_stream_at_the_dram_rate():
     # Op 1 computes little but holds 8 MB of weights, more than a cluster's 2 MiB: whole, most
     # of them stream every input; the program spreads them over clusters that hold them.

@@ -183,15 +183,14 @@ def test_a_row_split_reads_its_halo_and_a_depthwise_channel_split_its_own_channe
         _, _, _, _, moves = walk.step(1, choice[1], state.layout)
         return sum(costs.move(src, want, nbytes) for _, src, want, nbytes in moves)
 
-    rows = {0: ("rows", 4), 1: ("rows", 4)}
-    # Its input already in the same row bands: free without a halo; with one, each band
-    # receives the rows beside it, the more the wider the window.
-    assert moves_into(rows) == 0.0
-    narrow, wide = (moves_into(rows, halos={1: (halo, 56)}) for halo in (2, 6))
-    assert 0.0 < narrow < wide
-    # Scattered from one cluster, each band also takes its halo along.
+    # Scattered from one cluster, each band takes its halo along: the more, the wider the
+    # window.
     scattered = {0: None, 1: ("rows", 4)}
-    assert moves_into(scattered, halos={1: (6, 56)}) > moves_into(scattered)
+    narrow, wide = (moves_into(scattered, halos={1: (halo, 56)}) for halo in (2, 6))
+    assert moves_into(scattered) < narrow < wide
+    # Its input already in the same row bands, the halo's exchange is left out.
+    rows = {0: ("rows", 4), 1: ("rows", 4)}
+    assert moves_into(rows, halos={1: (6, 56)}) == moves_into(rows) == 0.0
     # An output-channel split reads its input replicated, but a depthwise conv's part reads
     # only its own channels: after an output-channel split over the same group, nothing moves.
     channels = {0: ("out_channels", 4), 1: ("out_channels", 4)}
