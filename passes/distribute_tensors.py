@@ -74,7 +74,7 @@ import numpy as np
 import tvm
 from tvm import relax, te
 
-from tvm_chiplet.passes.analysis.batch_axis import ELEMENTWISE_OPS
+from tvm_chiplet.passes.analysis.batch_axis import elementwise
 from tvm_chiplet.passes.attrs import ATTR_IN_PLACE, PARTIAL_SUM
 from tvm_chiplet.passes.fold_constant_calls import FoldConstantCalls
 from tvm_chiplet.passes.legalize_once import LegalizeOnce
@@ -628,7 +628,7 @@ class _Distributor:
             out = static_shape(user.var)
             if out is None or None in out:
                 return False
-            if call.op.name in ELEMENTWISE_OPS:
+            if elementwise(call):
                 followed = axis + len(out) - rank
             elif call.op.name == "relax.reshape":
                 continue
@@ -680,7 +680,7 @@ class _Distributor:
             if user.var in self.splits:
                 return self._row_bands(user.var, call, var, axis)
             name = call.op.name
-            if name in ELEMENTWISE_OPS:
+            if elementwise(call):
                 followed = axis + len(out) - rank
             elif name == "relax.take" and self.resolve(call.args[1]).same_as(var):
                 followed = _looked_up_axis(call, axis)
@@ -781,7 +781,7 @@ class _Distributor:
         out = static_shape(var)
         if out is None or None in out:
             return None
-        if name in ELEMENTWISE_OPS:
+        if elementwise(call):
             # The distributed operand in the most parts whose layout the ops after it keep (a
             # residual add of a stream split by channels and a block's output tiled by rows,
             # before a layer norm: the rows; of a layer's output tiled over the grid and its

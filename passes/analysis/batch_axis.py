@@ -24,6 +24,25 @@ ELEMENTWISE_OPS = frozenset(
 """Ops computed element by element, with numpy broadcasting: a part of the output needs only
 the same part of each operand (an operand broadcast along the split axis is read whole)."""
 
+_QUANTIZE_OPS = frozenset({"relax.quantize", "relax.dequantize"})
+
+
+def elementwise(call: relax.Call) -> bool:
+    """Whether ``call`` computes element by element: an op of :data:`ELEMENTWISE_OPS`, or a
+    quantize or dequantize with one scale and one zero point for the whole tensor (as a QDQ
+    model quantizes its activations; per-channel ones, of weights, read the scale along their
+    ``axis``)."""
+    name = call.op.name
+    if name in ELEMENTWISE_OPS:
+        return True
+    if name not in _QUANTIZE_OPS:
+        return False
+    for param in call.args[1:3]:
+        shape = _shape(param)
+        if shape is None or None in shape or any(dim != 1 for dim in shape):
+            return False
+    return True
+
 PER_SAMPLE_OPS = frozenset(
     f"relax.{name}" for name in (
         "nn.conv1d", "nn.conv2d", "nn.conv3d", "nn.conv1d_transpose", "nn.conv2d_transpose",
@@ -159,7 +178,7 @@ def _visit(binding: relax.VarBinding, batch: int, batched: set, tuples: dict,
     if out is None or not out or out[0] != batch:
         return f"{where} gives axis 0 of size {out[0] if out else None}, not the batch {batch}"
     rank = len(out)
-    if name in ELEMENTWISE_OPS:
+    if elementwise(value):
         for arg, is_batched in zip(value.args, carried, strict=True):
             shape = _shape(arg) if isinstance(arg, (relax.Var, tvm.ir.expr.Constant)) else None
             if shape is None or is_batched:

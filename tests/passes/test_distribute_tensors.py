@@ -142,6 +142,37 @@ def test_partial_sums_cross_clusters_at_the_accumulators_width(device_dtype, wid
                             (half * width, 3, 2)])
 
 
+def quantized_chain(scale):
+    """conv_chain with the first conv's output quantized to int8 and back between the convs
+    (a QDQ model's activation), with one ``scale`` for the whole tensor (``()``) or one per
+    channel (``(16,)``)."""
+    def build(bb, x):
+        a = bb.emit(relax.op.nn.relu(relax.op.nn.conv2d(x, const(16, 8, 3, 3),
+                                                        padding=[1, 1, 1, 1])))
+        step = relax.const(np.full(scale, 0.05, "float32"))
+        zero = relax.const(np.full(scale, 3, "int8"))
+        q = bb.emit(relax.op.quantize(a, step, zero, axis=1, out_dtype="int8"))
+        d = bb.emit(relax.op.dequantize(q, step, zero, axis=1, out_dtype="float32"))
+        return relax.op.nn.relu(relax.op.nn.conv2d(d, const(8, 16, 3, 3), padding=[1, 1, 1, 1]))
+    return module(build)
+
+
+@pytest.mark.parametrize("scale", [(), (16,)])
+def test_a_quantize_with_one_scale_follows_a_split_as_an_elementwise_op(scale):
+    """A QDQ model's activations: a per-tensor quantize and dequantize run on each part where
+    it lies, so the channel halves move no more than without them (as in
+    ``test_out_then_in_channels_need_no_communication_until_the_partial_sums``). A per-channel
+    one (its scale along the split axis) is not followed: the first conv's halves are gathered
+    on cluster 0 before it, and the second conv's half for cluster 1 sent from there."""
+    splits = [DistributedSplit(0, "out_channels", (0, 1)),
+              DistributedSplit(1, "in_channels", (0, 1))]
+    reduced, clusters = split_and_check(quantized_chain(scale), splits, (1, 8, 12, 12))
+    half = 4 * 12 * 12 * 4  # of the second conv's output; the first's is twice that
+    gathered = [] if scale == () else [(2 * half, 1, 0), (2 * half, 0, 1)]
+    assert sorted(crossings(reduced, clusters)) == sorted(
+        [(half, 0, 1), (half, 1, 0), (half, 1, 0), *gathered])
+
+
 def test_an_all_gather_is_one_concat_per_reader_of_the_parts_where_they_lie():
     mod = conv_chain()
     group = (0, 1, 2, 3)

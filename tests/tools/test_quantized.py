@@ -87,6 +87,19 @@ def test_qdq_model_built_for_a_chiplet_target_matches_onnxruntime(small_cnn, qdq
     assert error_over_range(ours, onnxruntime_outputs(qdq_cnn, inputs)) <= 0.01
 
 
+@pytest.mark.parametrize("strategy", ["data-parallel", "tensor-parallel"])
+def test_qdq_model_runs_data_and_tensor_parallel_and_matches_onnxruntime(small_cnn, qdq_cnn,
+                                                                        strategy):
+    """Quantize and dequantize of activations (one scale each) are elementwise: data-parallel
+    copies keep the batch through them (it refused the model, naming ``relax.quantize``), and
+    tensor-parallel parts quantize their own share where it lies."""
+    inputs = models.example_inputs(small_cnn, seed=3)
+    lib = tvm_chiplet.build(qdq_cnn, target=TARGET, strategy=strategy)
+    assert len(lib.plan["clusters_used"]) > 1
+    ours = lib.run(inputs).outputs[0]
+    assert error_over_range(ours, onnxruntime_outputs(qdq_cnn, inputs)) <= 0.01
+
+
 def test_qdq_model_through_tvmc_compile_and_run_matches_onnxruntime(small_cnn, qdq_cnn, tmp_path):
     inputs = models.example_inputs(small_cnn, seed=2)
     np.savez(tmp_path / "in.npz", **inputs)
