@@ -138,9 +138,10 @@ simulated with at least 2, 4 and 8 rows per share: 127 340 cycles realised in 10
 in 77 s, 128 439 in 61 s. On the 8x8 mesh (64 tiles) 4 rows per share simulated 3 % slower
 than 2 (BERT-base 1.89x -> 1.95x the bound)."""
 
-_POOL_OPS = frozenset(
-    ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d")
-)
+_IMAGE_OPS = frozenset(("relax.nn.max_pool2d", "relax.nn.avg_pool2d",
+                        "relax.nn.adaptive_avg_pool2d", "relax.image.resize2d"))
+"""Ops on the image of each channel of each sample on its own: of an NCHW value, they follow a
+split along the batch or the channels (not the rows: a window or a resize reads across them)."""
 _REDUCE_OPS = frozenset(
     ("relax.mean", "relax.sum", "relax.max", "relax.min", "relax.prod", "relax.variance")
 )
@@ -1326,7 +1327,7 @@ class _Distributor:
         """Output axis that input axis ``axis`` becomes under ``call``, or None if a part of the
         output needs more than the same part of the input."""
         name, attrs = call.op.name, call.attrs
-        if name in _POOL_OPS:
+        if name in _IMAGE_OPS:
             layout = str(attrs.layout)
             return axis if layout == "NCHW" and axis in (0, 1) else None
         if name in _REDUCE_OPS:

@@ -173,6 +173,32 @@ def test_a_quantize_with_one_scale_follows_a_split_as_an_elementwise_op(scale):
         [(half, 0, 1), (half, 1, 0), (half, 1, 0), *gathered])
 
 
+def upsampling_chain(method):
+    """conv 8->16 -> relu -> resize to twice the size -> conv 16->8 (3x3) -> relu: a U-Net's or
+    FPN's upsampling between convs."""
+    def build(bb, x):
+        a = bb.emit(relax.op.nn.relu(relax.op.nn.conv2d(x, const(16, 8, 3, 3),
+                                                        padding=[1, 1, 1, 1])))
+        up = bb.emit(relax.op.image.resize2d(a, (24, 24), method=method))
+        return relax.op.nn.relu(relax.op.nn.conv2d(up, const(8, 16, 3, 3), padding=[1, 1, 1, 1]))
+    return module(build)
+
+
+@pytest.mark.parametrize("method", ["nearest_neighbor", "linear"])
+def test_a_resize_follows_a_channel_split_and_gathers_a_row_split(method):
+    """Each channel's image is resized on its own: between an output-channel and an
+    input-channel split, only the partial sums move. Its rows read across the bands, so a row
+    split's output is gathered before it."""
+    channels = [DistributedSplit(0, "out_channels", (0, 1)),
+                DistributedSplit(1, "in_channels", (0, 1))]
+    reduced, clusters = split_and_check(upsampling_chain(method), channels, (1, 8, 12, 12))
+    half = 4 * 24 * 24 * 4  # of the second conv's output
+    assert sorted(crossings(reduced, clusters)) == [(half, 0, 1), (half, 1, 0), (half, 1, 0)]
+    rows = [DistributedSplit(0, "rows", (0, 1))]
+    reduced, clusters = split_and_check(upsampling_chain(method), rows, (1, 8, 12, 12))
+    assert (16 * 6 * 12 * 4, 1, 0) in crossings(reduced, clusters)  # cluster 1's band, whole
+
+
 def test_an_all_gather_is_one_concat_per_reader_of_the_parts_where_they_lie():
     mod = conv_chain()
     group = (0, 1, 2, 3)
