@@ -782,6 +782,8 @@ class _Distributor:
         out = static_shape(var)
         if out is None or None in out:
             return None
+        if name == "relax.nn.prelu":
+            return self._follow_prelu(var, call, args)
         if elementwise(call):
             # The distributed operand in the most parts whose layout the ops after it keep (a
             # residual add of a stream split by channels and a block's output tiled by rows,
@@ -886,6 +888,28 @@ class _Distributor:
                 return None
         return self._parts(var, call, args, axis, bounds, layout, lambda a, b, e, c: (
             self.region(a, layout.axis, b, e, c) if a.same_as(data) else self.whole(a, c)))
+
+    def _follow_prelu(self, var: relax.Var, call: relax.Call, args: list[relax.Expr]
+                      ) -> _Sharded | _Tiled | None:
+        """A PReLU of a sharded or tiled value: elementwise, with one slope per channel along its
+        ``axis``. Each part reads the slopes of its own channels, or all of them when the value
+        is split along another axis."""
+        data, slopes = args
+        layout = self.layout.get(data) if isinstance(data, relax.Var) else None
+        if not isinstance(layout, (_Sharded, _Tiled)):
+            return None
+        axis = int(call.attrs.axis) % len(_shape(data))
+
+        def own(span: tuple[int, int] | None, cluster: int) -> relax.Expr:
+            return self.whole(slopes, cluster) if span is None else \
+                self.region(slopes, 0, *span, cluster)
+
+        if isinstance(layout, _Tiled):
+            return self._per_tile(var, call, layout, lambda p, c: [
+                layout.parts[p], own(layout.box(p).get(axis), c)])
+        return self._parts(var, call, args, layout.axis, layout.bounds, layout,
+                           lambda a, b, e, c: self.region(a, layout.axis, b, e, c)
+                           if a.same_as(data) else own((b, e) if layout.axis == axis else None, c))
 
     def _follow_concat(self, var: relax.Var, call: relax.Call) -> _Sharded | _Tiled | None:
         """A concat of distributed values (a Fire or Inception module's branches, a U-Net's
@@ -1338,6 +1362,8 @@ class _Distributor:
             return axis if attrs.keepdims else axis - sum(1 for a in reduced if a < axis)
         if name in _AXIS_OPS:
             return None if int(attrs.axis) % rank == axis else axis
+        if name == "relax.nn.prelu":  # its parts read their channels' slopes (_follow_prelu)
+            return axis
         if name == "relax.nn.layer_norm":
             return None if axis in {int(a) % rank for a in attrs.axes} else axis
         if name == "relax.permute_dims":

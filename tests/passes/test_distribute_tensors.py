@@ -199,6 +199,33 @@ def test_a_resize_follows_a_channel_split_and_gathers_a_row_split(method):
     assert (16 * 6 * 12 * 4, 1, 0) in crossings(reduced, clusters)  # cluster 1's band, whole
 
 
+def prelu_chain():
+    """conv_chain with a PReLU (one slope per channel) in place of the first relu."""
+    def build(bb, x):
+        a = bb.emit(relax.op.nn.conv2d(x, const(16, 8, 3, 3), padding=[1, 1, 1, 1]))
+        p = bb.emit(relax.op.nn.prelu(a, const(16), axis=1))
+        return relax.op.nn.relu(relax.op.nn.conv2d(p, const(8, 16, 3, 3), padding=[1, 1, 1, 1]))
+    return module(build)
+
+
+@pytest.mark.parametrize("dim", ["out_channels", "rows", "tiles/2"])
+def test_a_prelu_follows_every_layout_each_part_reading_its_channels_slopes(dim):
+    """Between an output-channel and an input-channel split only the partial sums move, as
+    without the PReLU; after a row or 2-D split, each part (a band, a tile of a channel slice)
+    runs its own PReLU: every cluster of the group runs one, none gathers the first conv's
+    output."""
+    group = (0, 1) if dim == "out_channels" else (0, 1, 2, 3)
+    second = "in_channels" if dim == "out_channels" else dim
+    splits = [DistributedSplit(0, dim, group), DistributedSplit(1, second, group)]
+    reduced, clusters = split_and_check(prelu_chain(), splits, (1, 8, 12, 12))
+    bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
+    assert {c for b, c in zip(bindings, clusters, strict=True)
+            if "prelu" in str(b.value)} == set(group)
+    if dim == "out_channels":
+        half = 4 * 12 * 12 * 4
+        assert sorted(crossings(reduced, clusters)) == [(half, 0, 1), (half, 1, 0), (half, 1, 0)]
+
+
 def test_an_all_gather_is_one_concat_per_reader_of_the_parts_where_they_lie():
     mod = conv_chain()
     group = (0, 1, 2, 3)
