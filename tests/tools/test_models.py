@@ -199,6 +199,17 @@ def test_example_inputs_draw_standard_normal_floats():
     assert 0.8 < inputs["x"].std() < 1.2
 
 
+@pytest.mark.parametrize("elem_type, dtype", [
+    (TensorProto.FLOAT16, np.float16), (TensorProto.DOUBLE, np.float64)])
+def test_example_inputs_draw_floats_of_the_inputs_own_width(elem_type, dtype):
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"], name="relu")], "half",
+        [helper.make_tensor_value_info("x", elem_type, [2, 500])],
+        [helper.make_tensor_value_info("y", elem_type, [2, 500])])
+    x = example_inputs(helper.make_model(graph))["x"]
+    assert x.dtype == dtype and x.shape == (2, 500) and 0.8 < x.std() < 1.2
+
+
 def test_example_inputs_without_vocab_metadata_raise():
     model = bert(**SMALL_CONFIGS["bert"])
     del model.metadata_props[:]
