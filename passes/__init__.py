@@ -1,5 +1,7 @@
 """IR passes of tvm-chiplet; each can be dropped into a ``tvm.transform.Sequential``."""
 
+import tvm_ffi
+
 from tvm_chiplet.passes.annotate_placement import AnnotatePlacement
 from tvm_chiplet.passes.conv1d_as_conv2d import Conv1dAsConv2d
 from tvm_chiplet.passes.flatten_matmul_rows import FlattenMatmulRows
@@ -15,6 +17,11 @@ from tvm_chiplet.passes.replicate_data_parallel import ReplicateDataParallel
 from tvm_chiplet.passes.slice_strided_convs import SliceStridedConvs
 from tvm_chiplet.passes.split_operators import SplitOperators
 from tvm_chiplet.passes.unpack_projections import UnpackProjections
+
+# TVM calls the passes (a module pass, an expression mutator) through its FFI, which hands an
+# exception of a kind it does not know back as RuntimeError(''): Ctrl-C inside a pass reached
+# `tvmc compile` as "error: RuntimeError", or was taken for a failed step and the work went on.
+tvm_ffi.register_error("KeyboardInterrupt", KeyboardInterrupt)
 
 __all__ = [
     "PIPELINES",

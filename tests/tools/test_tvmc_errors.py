@@ -188,6 +188,23 @@ def test_token_ids_outside_the_table_are_refused_naming_the_input(embedding, tmp
         assert "[-10, 10)" in err and not (tmp_path / "o.npz").exists()
 
 
+def test_ctrl_c_while_planning_exits_as_interrupted_and_writes_nothing(cnn, tmp_path, capsys,
+                                                                      monkeypatch):
+    """Planning runs inside a pass that TVM calls: Ctrl-C there reaches tvmc as an interrupt
+    (exit code 130), not as a RuntimeError from TVM's FFI."""
+    from tvm_chiplet.passes import plan_split_placement
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(plan_split_placement, "plan_splits", interrupted)
+    out = tmp_path / "m.tar"
+    code, err = run_cli(["compile", cnn[0], "--target", "chiplet/cluster-4",
+                         "--target-chiplet-strategy", "tensor-parallel", "-o", out], capsys)
+    assert code == 130 and err.strip().endswith("tvmc: interrupted") and "Error" not in err
+    assert not out.exists() and leftovers(tmp_path) == []
+
+
 def test_failed_export_leaves_no_partial_file(cnn, tmp_path, capsys):
     target_dir = tmp_path / "missing-dir"
     code, err = run_cli(["compile", cnn[0], "--target", "chiplet/cluster-4",
