@@ -114,6 +114,13 @@ def onnx_to_relax(
         raise ModelLoadError(
             f"--input-shapes names {unknown} but {source} has inputs {names}"
         )
+    for value in graph_inputs(model):
+        declared = value.type.tensor_type
+        sizes = input_shapes.get(value.name)
+        if sizes is not None and declared.HasField("shape") \
+                and len(declared.shape.dim) != len(sizes):
+            raise ModelLoadError(f"input {value.name!r} of {source} has {len(declared.shape.dim)} "
+                                 f"dims, but its given shape {sizes} has {len(sizes)}")
     folded, folding = fold_shapes(model, input_shapes)
     if report and (folding.changed or folding.error):
         report(folding.summary())

@@ -162,10 +162,24 @@ def test_a_graph_that_imports_only_with_symbolic_dims_is_specialised_after_impor
     assert output.shape == expected.shape == (2, 0, 4)
 
 
-def test_shapes_that_fit_no_import_raise_the_first_error():
+def test_shapes_that_fit_no_import_raise_the_first_error(monkeypatch):
+    from tvm_chiplet.tools import frontends
+
+    def unfit(*_args):
+        raise ModelLoadError("specialising failed too")
+
+    monkeypatch.setattr(frontends, "_specialise", unfit)
     model = trilu_with_computed_k_model()
     with pytest.raises(ModelLoadError, match="could not import the model: Check failed"):
-        load_model(model, {"x": [2, 0], "k": []})
+        load_model(model, {"x": [2, 0, 4], "k": []})
+
+
+def test_a_shape_of_another_rank_than_the_input_is_refused_before_import():
+    # Imported, a 2-D shape for the 3-D input failed deep in a converter (a conv's "input
+    # padding length is expected to be either 1 or 2" for a conv net's image).
+    with pytest.raises(ModelLoadError, match=r"input 'x' of the model has 3 dims, but its "
+                                             r"given shape \[2, 4\] has 2"):
+        load_model(trilu_with_computed_k_model(), {"x": [2, 4], "k": []})
 
 
 @pytest.mark.parametrize(("text", "expected"), [
