@@ -74,7 +74,8 @@ axis its input must be sharded along (input-channel, reduction splits: the chann
 
 _BREAKS = (("layer_norm", "channels"), ("softmax", "channels"), ("pool", "rows"),
            ("mean", "rows"), ("reshape", "rows"),
-           *(("conv2d", axis) for axis in ("rows", "channels", "batch")))
+           *((conv, axis) for conv in ("conv2d", "conv3d")
+             for axis in ("rows", "channels", "batch")))
 """(name fragment, axis): a fused op whose name holds the fragment cannot follow a value sharded
 along the axis (it normalises, reduces or reshapes across it), so its input is gathered. A
 sliding-window pool of row bands is costed so too, though DistributeTensors pools each band with
@@ -82,7 +83,7 @@ its halo: costed as following them without the halo, the stem of ResNet-50 int8 
 simba-6x6 took rows for 2-D tiles and simulated 4.4 % slower (323.8 k cycles, 310.1 k); an
 Inception-style net still realises its pools per band (simulated 23.5 k -> 4.2 k cycles). A conv2d
 that the plan does not split (a transposed or grouped conv, which no split strategy cuts) follows
-no layout: DistributeTensors runs it whole, on one cluster."""
+no layout: DistributeTensors runs it whole, on one cluster; so does a conv3d, which none splits."""
 
 _REDUCTION = re.compile(r"(mean|sum|max|min)\d*")
 _WINDOW_POOL = re.compile(r"(?<!adaptive_)(max|avg)_pool")

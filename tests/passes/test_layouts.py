@@ -243,14 +243,15 @@ def test_a_layer_norm_after_a_matmuls_2d_split_runs_on_each_bands_rows():
 
 
 @pytest.mark.parametrize("first", ["rows", "tiles/4", "out_channels"])
-def test_a_conv_that_no_strategy_splits_runs_whole_after_a_split_op(first):
-    # conv (split) -> transposed conv (no split dims: the planner leaves it out of its choice)
-    # -> conv (split), a U-Net's upsampling: DistributeTensors gathers the transposed conv's
-    # input and runs it on one cluster, and so does the estimate, charging all its cycles, not
-    # a share of them as for an op following its input's layout.
+@pytest.mark.parametrize("name", ["fused_conv2d_transpose_add1", "fused_conv3d_add_relu"])
+def test_a_conv_that_no_strategy_splits_runs_whole_after_a_split_op(first, name):
+    # conv (split) -> transposed conv or conv3d (no split dims: the planner leaves it out of
+    # its choice) -> conv (split), a U-Net's upsampling: DistributeTensors gathers the
+    # unsplit conv's input and runs it on one cluster, and so does the estimate, charging all
+    # its cycles, not a share of them as for an op following its input's layout.
     graph = make_graph([(4e9, 400_000, 40_000), (4e9, 400_000, 40_000), (4e9, 400_000, 40_000)],
                        [(0, 1), (1, 2)])
-    graph.ops[1] = dataclasses.replace(graph.ops[1], name="fused_conv2d_transpose_add1")
+    graph.ops[1] = dataclasses.replace(graph.ops[1], name=name)
     system = mesh_system(4, 4, bandwidth=32.0)
     dims = {0: DIMS[0], 2: DIMS[2]}
     c = LayoutCosts(PlanningProblem(graph, system, Topology(system), dims))
