@@ -901,8 +901,9 @@ class _Distributor:
         axis = int(call.attrs.axis) % len(_shape(data))
 
         def own(span: tuple[int, int] | None, cluster: int) -> relax.Expr:
-            return self.whole(slopes, cluster) if span is None else \
-                self.region(slopes, 0, *span, cluster)
+            if span is None:
+                return self.whole(slopes, cluster)
+            return self.region(slopes, 0, *span, cluster)
 
         if isinstance(layout, _Tiled):
             return self._per_tile(var, call, layout, lambda p, c: [

@@ -916,16 +916,15 @@ def get_model(name: str, **kwargs) -> onnx.ModelProto:
     return MODELS[name](**kwargs)
 
 
-_FLOATS = {TensorProto.FLOAT: np.float32, TensorProto.FLOAT16: np.float16,
-           TensorProto.DOUBLE: np.float64}
+_OTHER_FLOATS = {TensorProto.FLOAT16: np.float16, TensorProto.DOUBLE: np.float64}
 
 
 def example_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
     """Random valid inputs for a model of this module, keyed by graph input name.
 
     Float inputs are standard normal, in their own width (float32, float16 or float64); int64
-    inputs are token ids uniform in
-    ``[0, vocab_size)`` where ``vocab_size`` is read from the model's ``metadata_props``.
+    inputs are token ids uniform in ``[0, vocab_size)`` where ``vocab_size`` is read from the
+    model's ``metadata_props``.
 
     Parameters
     ----------
@@ -962,8 +961,10 @@ def example_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarra
                 )
             shape.append(dim.dim_value)
         elem_type = tensor_type.elem_type
-        if elem_type in _FLOATS:
-            inputs[value.name] = rng.standard_normal(shape).astype(_FLOATS[elem_type])
+        if elem_type == TensorProto.FLOAT:
+            inputs[value.name] = rng.standard_normal(shape, dtype=np.float32)
+        elif elem_type in _OTHER_FLOATS:
+            inputs[value.name] = rng.standard_normal(shape).astype(_OTHER_FLOATS[elem_type])
         elif elem_type == TensorProto.INT64:
             if "vocab_size" not in metadata:
                 raise ValueError(

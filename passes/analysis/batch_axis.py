@@ -43,6 +43,7 @@ def elementwise(call: relax.Call) -> bool:
             return False
     return True
 
+
 PER_SAMPLE_OPS = frozenset(
     f"relax.{name}" for name in (
         "nn.conv1d", "nn.conv2d", "nn.conv3d", "nn.conv1d_transpose", "nn.conv2d_transpose",
