@@ -94,6 +94,7 @@ from tvm_chiplet.passes.split_operators import (
     conv2d_like,
     conv2d_transpose_like,
     even_bounds,
+    group_channels,
     matmul_batch_operands,
     part_name,
     static_shape,
@@ -1433,7 +1434,9 @@ class _Distributor:
             bands = [clusters[i:i + by] for i in range(0, len(clusters), by)]
             rows = (self._aligned_rows(call, bands) if conv else None) or tuple(
                 even_bounds(out[row_axis], len(bands)))
-            channels = tuple(even_bounds(out[channel_axis], by))
+            unit = group_channels(call)[0] if conv else 1  # slices of whole groups
+            channels = tuple((b * unit, e * unit)
+                             for b, e in even_bounds(out[channel_axis] // unit, by))
             parts = []
             for p, c in enumerate(clusters):
                 (b, e), (c0, c1) = rows[p // by], channels[p % by]
@@ -1450,6 +1453,9 @@ class _Distributor:
         if dim in REDUCTION_DIMS:
             return _Partial(tuple(parts), clusters)
         out = _shape(var)
+        if conv and dim == "out_channels":  # groups of a grouped conv, as channels
+            unit = group_channels(call)[0]
+            bounds = tuple((b * unit, e * unit) for b, e in bounds)
         if conv or transposed:
             axis = {"batch": 0, "out_channels": 1, "rows": 2}[dim]
         else:
@@ -1571,16 +1577,18 @@ class _Distributor:
                      channels: tuple[int, int] | None = None) -> relax.Expr:
         """Part ``[b, e)`` of ``dim`` of a conv2d on cluster ``c``; a row band's part only
         computes the output ``channels`` given (a 2-D split's tile), from every input channel
-        of its band, or from those channels alone for a depthwise conv."""
+        of its band, or from the input channels of its groups alone for a grouped conv."""
         data, weight = call.args
         groups = int(call.attrs.groups)
         if dim == "batch":
             return conv2d_like(call, self.region(data, 0, b, e, c), self.whole(weight, c))
-        if dim == "in_channels" or (dim == "out_channels" and groups > 1):
-            kernel_axis = 1 if dim == "in_channels" else 0
-            changes = {"groups": e - b} if groups > 1 else {}
+        if dim == "out_channels" and groups > 1:  # groups [b, e), reading their own channels
+            out, into = group_channels(call)
+            return conv2d_like(call, self.region(data, 1, b * into, e * into, c),
+                               self.region(weight, 0, b * out, e * out, c), groups=e - b)
+        if dim == "in_channels":
             return conv2d_like(call, self.region(data, 1, b, e, c),
-                           self.region(weight, kernel_axis, b, e, c), **changes)
+                               self.region(weight, 1, b, e, c))
         if dim == "out_channels":
             kernel = self.region(weight, 0, b, e, c)
             unsliced = self._unsliced(call, c)
@@ -1593,15 +1601,18 @@ class _Distributor:
         height = _shape(data)[2]
         extent = (_shape(weight)[2] - 1) * dilation + 1
         read, (pad_top, pad_bottom) = _band_rows(b, e, stride, extent, top, height)
-        depthwise = channels is not None and groups > 1
-        rows = (self._operand_box(data, 4, {_ROWS: read, _CHANNELS: channels}, c) if depthwise
+        grouped = channels is not None and groups > 1  # a tile of whole groups (see _anchor)
+        if grouped:
+            out, into = group_channels(call)
+            inputs = (channels[0] // out * into, channels[1] // out * into)
+        rows = (self._operand_box(data, 4, {_ROWS: read, _CHANNELS: inputs}, c) if grouped
                 else self.region(data, 2, *read, c))
         if pad_top or pad_bottom:
             rows = self.emit(relax.op.nn.pad(rows, [0, 0, 0, 0, pad_top, pad_bottom, 0, 0]),
                              "rows_padded", c)
         kernel = (self.whole(weight, c) if channels is None
                   else self.region(weight, 0, *channels, c))
-        changes = {"groups": channels[1] - channels[0]} if depthwise else {}
+        changes = {"groups": (channels[1] - channels[0]) // out} if grouped else {}
         return conv2d_like(call, rows, kernel, padding=[0, left, 0, right], **changes)
 
     def _unsliced(self, call: relax.Call, cluster: int) -> tuple[relax.Expr, list[int]] | None:
@@ -1750,7 +1761,8 @@ def _anchor_size(call: relax.Call, dim: str) -> int:
     data, weight = (_shape(x) for x in call.args)
     out = _shape(call)
     if call.op.same_as(_CONV2D) or call.op.same_as(_CONV2D_TRANSPOSE):
-        sizes = {"batch": lambda: out[0], "out_channels": lambda: out[1],
+        unit = group_channels(call)[0] if call.op.same_as(_CONV2D) else 1  # whole groups
+        sizes = {"batch": lambda: out[0], "out_channels": lambda: out[1] // unit,
                  "in_channels": lambda: data[1], "rows": lambda: out[2]}
     else:
         sizes = {"batch": lambda: out[0], "rows": lambda: data[-2],

@@ -99,14 +99,26 @@ def _conv2d_dims(call: relax.Call) -> dict[str, int]:
     if layouts != ("NCHW", "OIHW", "NCHW") or None in (data, weight, out):
         return {}
     groups = int(attrs.groups)
-    depthwise = groups > 1 and data[1] == groups == weight[0] and weight[1] == 1
     sizes = {
         "batch": data[0] if out[0] is not None else None,
-        "out_channels": weight[0] if groups == 1 or depthwise else None,
+        # A grouped conv (depthwise or not) splits its output channels at whole groups.
+        "out_channels": weight[0] if groups == 1 else groups,
         "in_channels": data[1] if groups == 1 and weight[1] is not None else None,
         "rows": out[2] if None not in (data[2], weight[2]) else None,
     }
     return {dim: size for dim, size in sizes.items() if size is not None}
+
+
+def group_channels(call: relax.Call) -> tuple[int, int]:
+    """(output, input) channels of each group of a conv2d: an output-channel split of a grouped
+    conv counts whole groups, part ``[b, e)`` writing output channels ``[b * out, e * out)``
+    from input channels ``[b * in, e * in)``; ``(1, 1)`` for a plain conv, whose split counts
+    channels."""
+    groups = int(call.attrs.groups)
+    if groups == 1:
+        return 1, 1
+    weight = static_shape(call.args[1])
+    return weight[0] // groups, weight[1]
 
 
 def _conv2d_transpose_dims(call: relax.Call) -> dict[str, int]:
@@ -218,8 +230,8 @@ def check_split(split: AnchorSplit, anchors: list[AnchorInfo]) -> None:
     if by is not None:
         channels = tile_channels(info.dims)
         _check_2d(split, info, by, ("rows", channels), "row band",
-                  "a 2-D split cuts a conv2d (plain or depthwise, not grouped otherwise) or a "
-                  "matmul into row bands and output-channel (column) slices")
+                  "a 2-D split cuts a conv2d (plain or grouped) or a matmul into row bands and "
+                  "output-channel (column) slices")
         return
     by = blocks_by(split.dim)
     if by is not None:
@@ -389,15 +401,18 @@ def _conv2d_parts(splitter: _Splitter, call: relax.Call, dim: str,
         part_data, part_weight, changes = data, weight, {}
         if dim == "batch":
             part_data = splitter.slice_axis(data, 0, (begin, end), f"{name}_data{i}")
-        elif dim == "in_channels" or (dim == "out_channels" and groups > 1):
-            # A depthwise conv's output channel c reads only input channel c: each part is
-            # again depthwise, over its own channels.
+        elif dim == "out_channels" and groups > 1:
+            # Groups [begin, end) of a grouped conv read only their own input channels: each
+            # part is again grouped, over its own groups (a depthwise conv's: its channels).
+            out, into = group_channels(call)
+            part_data = splitter.slice_axis(data, 1, (begin * into, end * into),
+                                            f"{name}_data{i}")
+            part_weight = splitter.slice_axis(weight, 0, (begin * out, end * out),
+                                              f"{name}_weight{i}")
+            changes = {"groups": end - begin}
+        elif dim == "in_channels":
             part_data = splitter.slice_axis(data, 1, (begin, end), f"{name}_data{i}")
-            kernel_axis = 1 if dim == "in_channels" else 0
-            part_weight = splitter.slice_axis(
-                weight, kernel_axis, (begin, end), f"{name}_weight{i}"
-            )
-            changes = {"groups": end - begin} if groups > 1 else {}
+            part_weight = splitter.slice_axis(weight, 1, (begin, end), f"{name}_weight{i}")
         elif dim == "out_channels":
             part_weight = splitter.slice_axis(weight, 0, (begin, end), f"{name}_weight{i}")
         else:

@@ -226,6 +226,40 @@ def test_a_prelu_follows_every_layout_each_part_reading_its_channels_slopes(dim)
         assert sorted(crossings(reduced, clusters)) == [(half, 0, 1), (half, 1, 0), (half, 1, 0)]
 
 
+def grouped_block():
+    """ResNeXt's bottleneck: conv 8->16 -> relu -> grouped 3x3 conv (4 groups of 4 channels)
+    -> relu -> conv 16->8."""
+    def build(bb, x):
+        a = bb.emit(relax.op.nn.relu(relax.op.nn.conv2d(x, const(16, 8, 1, 1))))
+        g = bb.emit(relax.op.nn.relu(relax.op.nn.conv2d(a, const(16, 4, 3, 3),
+                                                        padding=[1, 1, 1, 1], groups=4)))
+        return relax.op.nn.conv2d(g, const(8, 16, 1, 1))
+    return module(build)
+
+
+@pytest.mark.parametrize("dim, last", [("out_channels", "in_channels"), ("tiles/2", "tiles/2")])
+def test_a_grouped_conv_split_at_whole_groups_reads_its_groups_where_they_lie(dim, last):
+    """Split alike, each part of the grouped conv computes whole groups (1 of 4 over 4 output
+    channel slices, 2 over a 2-D split's 2) from their own input channels, which the part of
+    the conv before it on the same cluster wrote: between the two only a 2-D split's halo rows
+    cross, and after an output-channel split nothing but the last conv's partial sums does."""
+    group = (0, 1, 2, 3)
+    splits = [DistributedSplit(0, dim, group), DistributedSplit(1, dim, group),
+              DistributedSplit(2, last, group)]
+    reduced, clusters = split_and_check(grouped_block(), splits, (1, 8, 12, 12))
+    bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
+    parts = [b.value.args[1].fields for b in bindings
+             if "conv2d1" in b.value.args[0].name_hint]  # the grouped conv's parts
+    assert len(parts) == 4
+    channels = 16 // (4 if dim == "out_channels" else 2)
+    assert all(int(data.ty.shape.values[1]) == int(weight.ty.shape.values[0]) == channels
+               for data, weight, *_ in parts)
+    if dim == "out_channels":
+        summed = 8 * 12 * 12 * 4
+        assert sorted(crossings(reduced, clusters)) == [(summed, 1, 0), (summed, 2, 0),
+                                                        (summed, 3, 0)]
+
+
 def test_an_all_gather_is_one_concat_per_reader_of_the_parts_where_they_lie():
     mod = conv_chain()
     group = (0, 1, 2, 3)

@@ -285,13 +285,16 @@ def test_illegal_dim_lists_the_legal_ones():
         SplitOperators([AnchorSplit(0, "batch", 2)])(Linear)
 
 
-def test_grouped_conv_cannot_split_channels():
+def test_a_grouped_conv_splits_its_output_channels_at_whole_groups():
+    # 2 groups of 3 output channels, each reading 2 input channels (ResNeXt's, ShuffleNet's
+    # kind): each part is a grouped conv over its own groups and their input channels.
     grouped = _single_op_module(lambda x, w: relax.op.nn.conv2d(x, w, groups=2),
                                 [(1, 4, 6, 6), (6, 2, 3, 3)], {})
-    assert list(find_anchors(grouped)[0].dims) == ["batch", "rows"]
-    with pytest.raises(PlanningError,
-                       match=r"along 'out_channels': .*; legal dims here: batch, rows"):
-        SplitOperators([AnchorSplit(0, "out_channels", 2)])(grouped)
+    assert find_anchors(grouped)[0].dims == {"batch": 1, "out_channels": 2, "rows": 4}
+    after = _check_split_matches(grouped, AnchorSplit(0, "out_channels", 2))
+    assert [int(c.attrs.groups) for c in _calls(after, "relax.nn.conv2d")] == [1, 1]
+    with pytest.raises(PlanningError, match=r"out_channels of size 2, .* 3 parts"):
+        SplitOperators([AnchorSplit(0, "out_channels", 3)])(grouped)
 
 
 def test_more_parts_than_the_dim_has_says_the_maximum():
