@@ -93,6 +93,7 @@ from tvm_chiplet.passes.split_operators import (
     check_split,
     conv2d_like,
     conv2d_transpose_like,
+    conv3d_part,
     even_bounds,
     group_channels,
     matmul_batch_operands,
@@ -104,6 +105,7 @@ from tvm_chiplet.targets.topology import Topology
 
 _CONV2D = tvm.ir.Op.get("relax.nn.conv2d")
 _CONV2D_TRANSPOSE = tvm.ir.Op.get("relax.nn.conv2d_transpose")
+_CONV3D = tvm.ir.Op.get("relax.nn.conv3d")
 _MATMUL = tvm.ir.Op.get("relax.matmul")
 _PURE_PACKED = tvm.ir.Op.get("relax.call_pure_packed")
 
@@ -1426,8 +1428,9 @@ class _Distributor:
         by = tiles_by(dim)
         conv = call.op.same_as(_CONV2D)
         transposed = call.op.same_as(_CONV2D_TRANSPOSE)
+        volume = call.op.same_as(_CONV3D)
         part = (self._conv2d_part if conv else self._conv2d_transpose_part if transposed
-                else self._matmul_part)
+                else self._conv3d_part if volume else self._matmul_part)
         if by is not None:
             out = _shape(var)
             row_axis, channel_axis = (_ROWS, _CHANNELS) if conv else (len(out) - 2, len(out) - 1)
@@ -1456,7 +1459,7 @@ class _Distributor:
         if conv and dim == "out_channels":  # groups of a grouped conv, as channels
             unit = group_channels(call)[0]
             bounds = tuple((b * unit, e * unit) for b, e in bounds)
-        if conv or transposed:
+        if conv or transposed or volume:
             axis = {"batch": 0, "out_channels": 1, "rows": 2}[dim]
         else:
             b_shape = _shape(call.args[1])
@@ -1572,6 +1575,12 @@ class _Distributor:
             return conv2d_transpose_like(call, self.region(data, 0, b, e, c),
                                          self.whole(weight, c))
         return conv2d_transpose_like(call, self.whole(data, c), self.region(weight, 1, b, e, c))
+
+    def _conv3d_part(self, call: relax.Call, dim: str, b: int, e: int, c: int) -> relax.Expr:
+        """Part ``[b, e)`` of ``dim`` (batch, output channels) of a conv3d on cluster ``c``."""
+        return conv3d_part(call, dim, b, e,
+                           lambda value, axis, lo, hi: self.region(value, axis, lo, hi, c),
+                           lambda value: self.whole(value, c))
 
     def _conv2d_part(self, call: relax.Call, dim: str, b: int, e: int, c: int,
                      channels: tuple[int, int] | None = None) -> relax.Expr:
@@ -1760,7 +1769,7 @@ def _anchor_size(call: relax.Call, dim: str) -> int:
     looked at)."""
     data, weight = (_shape(x) for x in call.args)
     out = _shape(call)
-    if call.op.same_as(_CONV2D) or call.op.same_as(_CONV2D_TRANSPOSE):
+    if any(call.op.same_as(op) for op in (_CONV2D, _CONV2D_TRANSPOSE, _CONV3D)):
         unit = group_channels(call)[0] if call.op.same_as(_CONV2D) else 1  # whole groups
         sizes = {"batch": lambda: out[0], "out_channels": lambda: out[1] // unit,
                  "in_channels": lambda: data[1], "rows": lambda: out[2]}

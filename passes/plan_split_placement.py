@@ -38,7 +38,7 @@ from tvm_chiplet.targets.collector import collection_paused
 from tvm_chiplet.targets.system import ChipletSystem
 from tvm_chiplet.targets.topology import Topology
 
-_ANCHOR_NAME = re.compile(r"(conv2d|matmul)\d*")
+_ANCHOR_NAME = re.compile(r"(conv2d|conv3d|matmul)\d*")
 
 
 def anchor_op_ids(graph: OpGraph) -> list[int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -24,6 +25,7 @@ from tvm_chiplet.passes.replicate_data_parallel import replica_batches
 
 _CONV2D = tvm.ir.Op.get("relax.nn.conv2d")
 _CONV2D_TRANSPOSE = tvm.ir.Op.get("relax.nn.conv2d_transpose")
+_CONV3D = tvm.ir.Op.get("relax.nn.conv3d")
 _MATMUL = tvm.ir.Op.get("relax.matmul")
 
 _SUMMED_DIMS = set(REDUCTION_DIMS)
@@ -44,7 +46,7 @@ class AnchorInfo:
     index : int
         Anchor number: position among the conv2d / matmul bindings of ``main``'s dataflow blocks.
     op : str
-        ``"conv2d"``, ``"conv2d_transpose"`` or ``"matmul"``.
+        ``"conv2d"``, ``"conv2d_transpose"``, ``"conv3d"`` or ``"matmul"``.
     dims : dict of str to int
         Each dimension that can be split at this anchor (a subset of ``SPLIT_DIMS[op]``, in that
         order) and its size, the largest legal ``parts``. Empty for unsupported layouts.
@@ -134,6 +136,31 @@ def _conv2d_transpose_dims(call: relax.Call) -> dict[str, int]:
     return {dim: size for dim, size in sizes.items() if size is not None}
 
 
+def _conv3d_dims(call: relax.Call) -> dict[str, int]:
+    """A conv3d (a video or volume net's) splits by its output channels or its batch (not
+    grouped: its groups would need slicing the input too)."""
+    attrs = call.attrs
+    layouts = (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout))
+    data, weight, out = (static_shape(e) for e in (*call.args, call))
+    if (layouts != ("NCDHW", "OIDHW", "NCDHW") or int(attrs.groups) != 1
+            or None in (data, weight, out)):
+        return {}
+    sizes = {"out_channels": weight[0], "batch": data[0] if out[0] is not None else None}
+    return {dim: size for dim, size in sizes.items() if size is not None}
+
+
+def conv3d_part(call: relax.Call, dim: str, begin: int, end: int, cut, keep) -> relax.Expr:
+    """Part ``[begin, end)`` of ``dim`` of the conv3d ``call``: its batch (the data cut along
+    axis 0) or its output channels (the weights cut along axis 0); ``cut(value, axis, begin,
+    end)`` cuts an operand, ``keep(value)`` passes the other whole."""
+    data, weight = call.args
+    if dim == "batch":
+        operands = [cut(data, 0, begin, end), keep(weight)]
+    else:
+        operands = [keep(data), cut(weight, 0, begin, end)]
+    return relax.Call(call.op, operands, call.attrs, call.ty_args)
+
+
 def _conv2d_halo(call: relax.Call) -> tuple[int, int]:
     """(rows a row band reads beyond its share, input rows) of a conv2d (see
     :attr:`AnchorInfo.halo`)."""
@@ -188,6 +215,8 @@ def anchor_bindings(mod: tvm.IRModule) -> list[tuple[relax.VarBinding, AnchorInf
                 op, dims = "conv2d", _conv2d_dims(call)
             elif call.op.same_as(_CONV2D_TRANSPOSE):
                 op, dims = "conv2d_transpose", _conv2d_transpose_dims(call)
+            elif call.op.same_as(_CONV3D):
+                op, dims = "conv3d", _conv3d_dims(call)
             elif call.op.same_as(_MATMUL):
                 op, dims = "matmul", _matmul_dims(call)
             else:
@@ -301,7 +330,8 @@ class _Splitter(PyExprMutator):
         call = self.visit_expr(binding.value)
         name = binding.var.name
         rewrite = (_conv2d_parts if call.op.same_as(_CONV2D) else _conv2d_transpose_parts
-                   if call.op.same_as(_CONV2D_TRANSPOSE) else _matmul_parts)
+                   if call.op.same_as(_CONV2D_TRANSPOSE) else _conv3d_parts
+                   if call.op.same_as(_CONV3D) else _matmul_parts)
         parts, axis = rewrite(self, call, dim, bounds, name)
         if dim in _SUMMED_DIMS:
             combined = parts[0]
@@ -383,6 +413,22 @@ def _conv2d_transpose_parts(splitter: _Splitter, call: relax.Call, dim: str,
             part_data, part_weight = data, splitter.slice_axis(weight, 1, (begin, end),
                                                                f"{name}_weight{i}")
         part = conv2d_transpose_like(call, part_data, part_weight)
+        parts.append(splitter.builder_.emit(part, part_name(name, dim, i)))
+    return parts, {"batch": 0, "out_channels": 1}[dim]
+
+
+def _cut_axis(splitter: _Splitter, name: str, value: relax.Expr, axis: int, begin: int,
+              end: int) -> relax.Expr:
+    return splitter.slice_axis(value, axis, (begin, end), name)
+
+
+def _conv3d_parts(splitter: _Splitter, call: relax.Call, dim: str,
+                  bounds: list[tuple[int, int]], name: str) -> tuple[list[relax.Var], int]:
+    """The conv3d of each part, and the output axis they are concatenated along."""
+    parts = []
+    for i, (begin, end) in enumerate(bounds):
+        cut = functools.partial(_cut_axis, splitter, f"{name}_cut{i}")
+        part = conv3d_part(call, dim, begin, end, cut, lambda value: value)
         parts.append(splitter.builder_.emit(part, part_name(name, dim, i)))
     return parts, {"batch": 0, "out_channels": 1}[dim]
 

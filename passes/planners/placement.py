@@ -18,6 +18,7 @@ class PlanningError(ValueError):
 SPLIT_DIMS = {
     "conv2d": ("out_channels", "in_channels", "rows", "batch"),
     "conv2d_transpose": ("out_channels", "batch"),
+    "conv3d": ("out_channels", "batch"),
     "matmul": ("cols", "reduction", "rows", "batch"),
 }
 """Split dimensions of each anchor kind, the weight-splitting one first."""
@@ -95,7 +96,7 @@ def block_dims(dims) -> tuple[str, str] | None:
 def tile_channels(dims) -> str | None:
     """The dimension a 2-D split of an op with split dimensions ``dims`` slices each row band
     along: a conv2d's output channels (plain, whose tiles read every input channel of their
-    band, or depthwise: no input-channel split, a tile reads only its own channels), a matmul's
+    band, or grouped: no input-channel split, a tile reads only its groups' channels), a matmul's
     columns; None when the op has no 2-D split (no rows)."""
     if "rows" not in dims:
         return None
@@ -108,9 +109,11 @@ def tileable(dims) -> bool:
 
 
 def depthwise(dims) -> bool:
-    """Whether an op with split dimensions ``dims`` is a depthwise conv: output channels but no
-    input-channel split (each output channel reads its own input channel)."""
-    return "out_channels" in dims and "in_channels" not in dims
+    """Whether an op with split dimensions ``dims`` is a grouped conv2d (depthwise or not):
+    output channels and rows but no input-channel split (each group of output channels reads
+    its own input channels). A transposed conv or a conv3d, split by output channels or batch
+    only, reads every input channel."""
+    return "out_channels" in dims and "rows" in dims and "in_channels" not in dims
 
 
 def tiles_dim(by: int) -> str:

@@ -674,6 +674,30 @@ def test_a_transposed_conv_is_split_and_the_next_conv_reads_its_parts(dim):
     assert all(int(b.var.ty.shape.values[1]) == channels for b in parts)
 
 
+@pytest.mark.parametrize("dim", ["out_channels", "batch"])
+def test_a_conv3d_is_split_and_the_next_one_reads_its_parts(dim):
+    """Two 3x3x3 conv3d layers of a video net, each split alike over two clusters: numerics
+    unchanged, each part computing its share where it runs. What crosses: the second's half of
+    the output, gathered; and, split by output channels, the first's halves, all-gathered (the
+    second reads every channel); split by the batch, nothing between them."""
+    def block(bb, x):
+        a = bb.emit(relax.op.nn.relu(relax.op.nn.conv3d(x, const(8, 4, 3, 3, 3),
+                                                        padding=[1, 1, 1, 1, 1, 1])))
+        return relax.op.nn.conv3d(a, const(6, 8, 3, 3, 3), padding=[1, 1, 1, 1, 1, 1])
+
+    shape = (2, 4, 3, 6, 6)
+    group = (0, 1)
+    splits = [DistributedSplit(0, dim, group), DistributedSplit(1, dim, group)]
+    reduced, clusters = split_and_check(module(block, shape), splits, shape)
+    bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
+    parts = [(b, c) for b, c in zip(bindings, clusters, strict=True)
+             if "conv3d" in b.value.args[0].name_hint]
+    assert sorted(c for _, c in parts) == [0, 0, 1, 1]
+    first_half, output_half = (2 * 4 * 3 * 6 * 6 * 4, 2 * 3 * 3 * 6 * 6 * 4)  # fp32 bytes
+    exchanged = [(first_half, 0, 1), (first_half, 1, 0)] if dim == "out_channels" else []
+    assert sorted(crossings(reduced, clusters)) == sorted([(output_half, 1, 0), *exchanged])
+
+
 def fire(bb, x):
     """SqueezeNet's Fire module: squeeze 1x1 8->4, expand 1x1 and 3x3 4->8 each, their
     outputs concatenated along the channels, then a 1x1 conv 16->8."""

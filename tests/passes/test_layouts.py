@@ -196,6 +196,8 @@ def test_a_row_split_reads_its_halo_and_a_depthwise_channel_split_its_own_channe
     channels = {0: ("out_channels", 4), 1: ("out_channels", 4)}
     assert moves_into(channels) > 0.0
     assert moves_into(channels, {0: plain, 1: depthwise, 2: plain}) == 0.0
+    # A transposed conv or a conv3d (output channels and batch, no rows) reads every channel.
+    assert moves_into(channels, {0: plain, 1: {"out_channels": 64, "batch": 1}, 2: plain}) > 0.0
 
 
 def test_parts_holding_one_slice_of_the_weights_pool_it_when_asked():

@@ -99,7 +99,7 @@ def test_find_anchors_lists_convs_and_matmuls_with_their_legal_dims():
                 R.output(z)
             return z
 
-    assert list(SPLIT_DIMS) == ["conv2d", "conv2d_transpose", "matmul"]
+    assert list(SPLIT_DIMS) == ["conv2d", "conv2d_transpose", "conv3d", "matmul"]
     assert find_anchors(Mixed) == [
         # A row band of the 3x3 conv reads 2 of the 8 input rows beyond its share.
         AnchorInfo(0, "conv2d", {"batch": 2, "out_channels": 4, "in_channels": 3, "rows": 8},
@@ -295,6 +295,15 @@ def test_a_grouped_conv_splits_its_output_channels_at_whole_groups():
     assert [int(c.attrs.groups) for c in _calls(after, "relax.nn.conv2d")] == [1, 1]
     with pytest.raises(PlanningError, match=r"out_channels of size 2, .* 3 parts"):
         SplitOperators([AnchorSplit(0, "out_channels", 3)])(grouped)
+
+
+@pytest.mark.parametrize("dim", ["out_channels", "batch"])
+def test_a_conv3d_splits_its_output_channels_or_its_batch(dim):
+    volume = _single_op_module(
+        lambda x, w: relax.op.nn.conv3d(x, w, padding=[1, 1, 1, 1, 1, 1]),
+        [(2, 3, 4, 5, 5), (6, 3, 3, 3, 3)], {1: np.ones((6, 3, 3, 3, 3), "float32")})
+    assert find_anchors(volume)[0].dims == {"out_channels": 6, "batch": 2}
+    _check_split_matches(volume, AnchorSplit(0, dim, 2))
 
 
 def test_more_parts_than_the_dim_has_says_the_maximum():
