@@ -123,15 +123,25 @@ def group_channels(call: relax.Call) -> tuple[int, int]:
     return weight[0] // groups, weight[1]
 
 
+def _ungrouped_shapes(call: relax.Call, layouts: tuple[str, str, str]
+                      ) -> tuple[list, list, list] | None:
+    """(data, weight, output) shapes of a conv ``call`` in ``layouts`` (data, kernel, output)
+    with one group and static shapes; None otherwise."""
+    attrs = call.attrs
+    found = (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout))
+    shapes = tuple(static_shape(e) for e in (*call.args, call))
+    if found != layouts or int(attrs.groups) != 1 or None in shapes:
+        return None
+    return shapes
+
+
 def _conv2d_transpose_dims(call: relax.Call) -> dict[str, int]:
     """A transposed conv2d (a U-Net's upsampling) splits by its output channels (its weights,
     IOHW, along axis 1) or its batch; not its rows, which overlapping windows would share."""
-    attrs = call.attrs
-    layouts = (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout))
-    data, weight, out = (static_shape(e) for e in (*call.args, call))
-    if (layouts != ("NCHW", "IOHW", "NCHW") or int(attrs.groups) != 1
-            or None in (data, weight, out)):
+    shapes = _ungrouped_shapes(call, ("NCHW", "IOHW", "NCHW"))
+    if shapes is None:
         return {}
+    data, weight, out = shapes
     sizes = {"batch": data[0] if out[0] is not None else None, "out_channels": weight[1]}
     return {dim: size for dim, size in sizes.items() if size is not None}
 
@@ -139,12 +149,10 @@ def _conv2d_transpose_dims(call: relax.Call) -> dict[str, int]:
 def _conv3d_dims(call: relax.Call) -> dict[str, int]:
     """A conv3d (a video or volume net's) splits by its output channels or its batch (not
     grouped: its groups would need slicing the input too)."""
-    attrs = call.attrs
-    layouts = (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout))
-    data, weight, out = (static_shape(e) for e in (*call.args, call))
-    if (layouts != ("NCDHW", "OIDHW", "NCDHW") or int(attrs.groups) != 1
-            or None in (data, weight, out)):
+    shapes = _ungrouped_shapes(call, ("NCDHW", "OIDHW", "NCDHW"))
+    if shapes is None:
         return {}
+    data, weight, out = shapes
     sizes = {"out_channels": weight[0], "batch": data[0] if out[0] is not None else None}
     return {dim: size for dim, size in sizes.items() if size is not None}
 
