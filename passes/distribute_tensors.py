@@ -96,6 +96,7 @@ from tvm_chiplet.passes.split_operators import (
     conv3d_part,
     even_bounds,
     group_channels,
+    group_slices,
     matmul_batch_operands,
     part_name,
     static_shape,
@@ -1592,9 +1593,9 @@ class _Distributor:
         if dim == "batch":
             return conv2d_like(call, self.region(data, 0, b, e, c), self.whole(weight, c))
         if dim == "out_channels" and groups > 1:  # groups [b, e), reading their own channels
-            out, into = group_channels(call)
-            return conv2d_like(call, self.region(data, 1, b * into, e * into, c),
-                               self.region(weight, 0, b * out, e * out, c), groups=e - b)
+            inputs, outputs = group_slices(call, b, e)
+            return conv2d_like(call, self.region(data, 1, *inputs, c),
+                               self.region(weight, 0, *outputs, c), groups=e - b)
         if dim == "in_channels":
             return conv2d_like(call, self.region(data, 1, b, e, c),
                                self.region(weight, 1, b, e, c))
@@ -1611,9 +1612,9 @@ class _Distributor:
         extent = (_shape(weight)[2] - 1) * dilation + 1
         read, (pad_top, pad_bottom) = _band_rows(b, e, stride, extent, top, height)
         grouped = channels is not None and groups > 1  # a tile of whole groups (see _anchor)
-        if grouped:
-            out, into = group_channels(call)
-            inputs = (channels[0] // out * into, channels[1] // out * into)
+        if grouped:  # its groups, from its output channels
+            first, last = (bound // group_channels(call)[0] for bound in channels)
+            inputs = group_slices(call, first, last)[0]
         rows = (self._operand_box(data, 4, {_ROWS: read, _CHANNELS: inputs}, c) if grouped
                 else self.region(data, 2, *read, c))
         if pad_top or pad_bottom:
@@ -1621,7 +1622,7 @@ class _Distributor:
                              "rows_padded", c)
         kernel = (self.whole(weight, c) if channels is None
                   else self.region(weight, 0, *channels, c))
-        changes = {"groups": (channels[1] - channels[0]) // out} if grouped else {}
+        changes = {"groups": last - first} if grouped else {}
         return conv2d_like(call, rows, kernel, padding=[0, left, 0, right], **changes)
 
     def _unsliced(self, call: relax.Call, cluster: int) -> tuple[relax.Expr, list[int]] | None:

@@ -123,6 +123,14 @@ def group_channels(call: relax.Call) -> tuple[int, int]:
     return weight[0] // groups, weight[1]
 
 
+def group_slices(call: relax.Call, begin: int, end: int
+                 ) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(input channels, output channels) of groups ``[begin, end)`` of a grouped conv2d
+    (:func:`group_channels`)."""
+    out, into = group_channels(call)
+    return (begin * into, end * into), (begin * out, end * out)
+
+
 def _ungrouped_shapes(call: relax.Call, layouts: tuple[str, str, str]
                       ) -> tuple[list, list, list] | None:
     """(data, weight, output) shapes of a conv ``call`` in ``layouts`` (data, kernel, output)
@@ -458,11 +466,9 @@ def _conv2d_parts(splitter: _Splitter, call: relax.Call, dim: str,
         elif dim == "out_channels" and groups > 1:
             # Groups [begin, end) of a grouped conv read only their own input channels: each
             # part is again grouped, over its own groups (a depthwise conv's: its channels).
-            out, into = group_channels(call)
-            part_data = splitter.slice_axis(data, 1, (begin * into, end * into),
-                                            f"{name}_data{i}")
-            part_weight = splitter.slice_axis(weight, 0, (begin * out, end * out),
-                                              f"{name}_weight{i}")
+            inputs, outputs = group_slices(call, begin, end)
+            part_data = splitter.slice_axis(data, 1, inputs, f"{name}_data{i}")
+            part_weight = splitter.slice_axis(weight, 0, outputs, f"{name}_weight{i}")
             changes = {"groups": end - begin}
         elif dim == "in_channels":
             part_data = splitter.slice_axis(data, 1, (begin, end), f"{name}_data{i}")

@@ -119,8 +119,7 @@ def onnx_to_relax(
         sizes = input_shapes.get(value.name)
         if sizes is not None and declared.HasField("shape") \
                 and len(declared.shape.dim) != len(sizes):
-            raise ModelLoadError(f"input {value.name!r} of {source} has {len(declared.shape.dim)} "
-                                 f"dims, but its given shape {sizes} has {len(sizes)}")
+            raise _rank_error(value.name, source, len(declared.shape.dim), sizes)
     folded, folding = fold_shapes(model, input_shapes)
     if report and (folding.changed or folding.error):
         report(folding.summary())
@@ -149,6 +148,11 @@ def onnx_to_relax(
     raise first_error from None
 
 
+def _rank_error(name: str, source: str, rank: int, sizes: list[int]) -> ModelLoadError:
+    return ModelLoadError(f"input {name!r} of {source} has {rank} dims, but its given shape "
+                          f"{sizes} has {len(sizes)}")
+
+
 def _specialise(mod: tvm.IRModule, model: onnx.ModelProto, input_shapes: dict[str, list[int]],
                 source: str) -> tvm.IRModule:
     """``mod`` with each symbolic dim of ``main``'s inputs bound to its size in
@@ -170,8 +174,7 @@ def _specialise(mod: tvm.IRModule, model: onnx.ModelProto, input_shapes: dict[st
             continue
         dims, sizes = list(ty.shape.values), input_shapes[name]
         if len(dims) != len(sizes):
-            raise ModelLoadError(f"input {name!r} of {source} has {len(dims)} dims, but its "
-                                 f"given shape {sizes} has {len(sizes)}")
+            raise _rank_error(name, source, len(dims), sizes)
         for dim, size in zip(dims, sizes, strict=True):
             if isinstance(dim, tvm.tirx.Var):
                 if binding.setdefault(dim, size) != size:

@@ -58,7 +58,7 @@ from tvm_chiplet.passes.planners.placement import (
     REDUCTION_DIMS,
     PlanningError,
     blocks_by,
-    depthwise,
+    grouped_conv,
     part_bytes,
     tiles_by,
     weight_replicas,
@@ -467,10 +467,11 @@ class LayoutCosts:
         """Indices of ``tile``'s groups, smallest first."""
         return range(self.first[tile], self.first[tile + 1])
 
-    def depthwise(self, op_id: int) -> bool:
-        """Whether ``op_id`` is a depthwise conv: split along rows and output channels but not
-        input channels (a 2-D split's tile reads only its own channels)."""
-        return depthwise(self.problem.split_dims.get(op_id, {}))
+    def grouped(self, op_id: int) -> bool:
+        """Whether ``op_id`` is a grouped conv2d (depthwise or not,
+        :func:`~.placement.grouped_conv`): a part of its output channels, or a 2-D split's tile,
+        reads only its own groups' input channels."""
+        return grouped_conv(self.problem.split_dims.get(op_id, {}))
 
     def prefix(self, group: int, size: int) -> int:
         """The group of ``group``'s first ``size`` members (``group`` itself when none is)."""
@@ -649,7 +650,7 @@ class LayoutCosts:
         part_in, part_out, weights = part_bytes(op.input_bytes, op.output_bytes,
                                                 op.weight_bytes, dim, k, self.partial_scale)
         by = tiles_by(dim)
-        if by is not None and self.depthwise(op.op_id):
+        if by is not None and self.grouped(op.op_id):
             part_in /= by  # its own channels of its band
         cycles = cost_model.compute_cycles(op.flops / k, part_in + part_out + weights, g.slowest)
         # Every part streams its weights at once: the controllers' total bandwidth (the pool's
@@ -833,11 +834,11 @@ class CostWalk:
                                   op.output_bytes))
                 elif by is not None:
                     out = Layout("tiled", group, "tiles", by)
-                    # A depthwise conv's tile reads its own channels of its band (and the
+                    # A grouped conv's tile reads its own groups' channels of its band (and the
                     # halo); a plain conv's every channel of its band.
-                    need = out if costs.depthwise(op_id) else Layout("banded", group, "rows", by)
-                elif dim == "out_channels" and costs.depthwise(op_id):
-                    # A depthwise conv's part reads its own channels.
+                    need = out if costs.grouped(op_id) else Layout("banded", group, "rows", by)
+                elif dim == "out_channels" and costs.grouped(op_id):
+                    # A grouped conv's part reads its own groups' channels.
                     need = out = Layout("sharded", group, axis)
                 elif dim in ("out_channels", "cols"):
                     need, out = Layout("replicated", group), Layout("sharded", group, axis)

@@ -108,7 +108,7 @@ def tileable(dims) -> bool:
     return tile_channels(dims) is not None
 
 
-def depthwise(dims) -> bool:
+def grouped_conv(dims) -> bool:
     """Whether an op with split dimensions ``dims`` is a grouped conv2d (depthwise or not):
     output channels and rows but no input-channel split (each group of output channels reads
     its own input channels). A transposed conv or a conv3d, split by output channels or batch
