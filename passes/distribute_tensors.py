@@ -628,8 +628,9 @@ class _Distributor:
         if depth == 0:
             return True
         for user, call in self._op_users(var):
-            if user.var in self.splits or call.op.name == "relax.matmul":
-                continue  # anchors cut what they read; activation matmuls follow or gather
+            if user.var in self.splits or call.op.name in ("relax.matmul", "relax.split"):
+                continue  # anchors cut what they read; activation matmuls follow or gather;
+                # a split follows a sharded value (_follow_split)
             out = static_shape(user.var)
             if out is None or None in out:
                 return False
@@ -778,6 +779,8 @@ class _Distributor:
         name = call.op.name
         if name == "relax.concat":
             return self._follow_concat(var, call)
+        if name == "relax.split":
+            return self._follow_split(var, call)
         args = [self.resolve(a) for a in call.args]
         tensors = [a for a in args if isinstance(a, relax.Var)
                    and isinstance(self.layout.get(a), (_Whole, _Sharded, _Partial, _Tiled))]
@@ -915,6 +918,47 @@ class _Distributor:
         return self._parts(var, call, args, layout.axis, layout.bounds, layout,
                            lambda a, b, e, c: self.region(a, layout.axis, b, e, c)
                            if a.same_as(data) else own((b, e) if layout.axis == axis else None, c))
+
+    def _follow_split(self, var: relax.Var, call: relax.Call) -> _TupleOf | None:
+        """A split of a sharded value, part by part where it lies (a GPT-2 block's query, key
+        and value cut from one projection split by its columns); None for other layouts (the
+        split then runs whole on one cluster). Along another axis, each part splits its own
+        piece; along the sharded axis, each section keeps the parts that overlap it, cut to
+        it. Each field of the result is a value of its own with that layout."""
+        data = self.resolve(call.args[0])
+        layout = self.layout.get(data) if isinstance(data, relax.Var) else None
+        if isinstance(layout, _Partial):
+            layout = self.reduce_scatter(data)
+        if not isinstance(layout, _Sharded) or not isinstance(var.ty, tvm.ir.TupleType):
+            return None
+        axis = int(call.attrs.axis) % len(_shape(data))
+        fields = [relax.Var(f"{var.name}_{i}", ty) for i, ty in enumerate(var.ty.fields)]
+        if axis != layout.axis:
+            pieces = [self.emit(relax.Call(call.op, [part], call.attrs), f"{var.name}_p{p}", c)
+                      for p, (part, c) in enumerate(zip(layout.parts, layout.clusters,
+                                                        strict=True))]
+            for i, field in enumerate(fields):
+                parts = tuple(self.emit(relax.TupleGetItem(piece, i), f"{field.name}_p{p}", c)
+                              for p, (piece, c) in enumerate(zip(pieces, layout.clusters,
+                                                                 strict=True)))
+                self.layout[field] = _Sharded(layout.axis, layout.bounds, parts,
+                                              layout.clusters)
+            return _TupleOf(tuple(fields))
+        begin = 0
+        for field in fields:
+            end = begin + _shape(field)[axis]
+            bounds, parts, clusters = [], [], []
+            for (b, e), part, c in zip(layout.bounds, layout.parts, layout.clusters,
+                                       strict=True):
+                lo, hi = max(b, begin), min(e, end)
+                if lo < hi:
+                    parts.append(self._slice(part, axis, lo - b, hi - b,
+                                             f"{field.name}_p{len(parts)}", c))
+                    bounds.append((lo - begin, hi - begin))
+                    clusters.append(c)
+            self.layout[field] = _Sharded(axis, tuple(bounds), tuple(parts), tuple(clusters))
+            begin = end
+        return _TupleOf(tuple(fields))
 
     def _follow_concat(self, var: relax.Var, call: relax.Call) -> _Sharded | _Tiled | None:
         """A concat of distributed values (a Fire or Inception module's branches, a U-Net's
@@ -1084,6 +1128,9 @@ class _Distributor:
         if any(out[axis] != shape[source] for axis, source in (
                 (row_axis, layout.row_axis), (channel_axis, layout.channel_axis))):
             return None
+        if call.op.name == "relax.broadcast_to":
+            return self._per_tile(var, call, layout, lambda p, c: [
+                layout.parts[p], _broadcast_part(call, layout.parts[p])], row_axis, channel_axis)
         return self._per_tile(var, call, layout, lambda p, c: [layout.parts[p]] + [
             self.whole(a, c) if isinstance(a, relax.Var) else a for a in args[1:]],
             row_axis, channel_axis)
@@ -1378,6 +1425,10 @@ class _Distributor:
         if name == "relax.squeeze" and attrs.axis is not None:
             removed = {int(a) % rank for a in attrs.axis}
             return None if axis in removed else axis - sum(a < axis for a in removed)
+        if name == "relax.broadcast_to" and isinstance(call.args[1], relax.ShapeExpr):
+            # A distributed axis (more than one element) is never the one broadcast: it only
+            # moves by the axes added in front (grouped-query attention's keys repeated).
+            return axis + len(call.args[1].values) - rank
         if name == "relax.expand_dims":
             out_rank = rank + len(attrs.axis)
             added = {int(a) % out_rank for a in attrs.axis}
@@ -1407,6 +1458,8 @@ class _Distributor:
                 shape = list(out)
                 shape[axis] = bounds[p][1] - bounds[p][0]
                 new_args[1] = relax.ShapeExpr(shape)
+            elif call.op.name == "relax.broadcast_to":
+                new_args[1] = _broadcast_part(call, new_args[0])
             new = relax.Call(call.op, new_args, call.attrs, call.ty_args)
             parts.append(self.emit(new, f"{var.name}_p{p}", c))
         return _Sharded(axis, tuple(bounds), tuple(parts), layout.clusters)
@@ -1778,6 +1831,15 @@ def _anchor_size(call: relax.Call, dim: str) -> int:
         sizes = {"batch": lambda: out[0], "rows": lambda: data[-2],
                  "cols": lambda: weight[-1], "reduction": lambda: data[-1]}
     return sizes[dim]()
+
+
+def _broadcast_part(call: relax.Call, part: relax.Expr) -> relax.ShapeExpr:
+    """The shape that ``part`` of ``broadcast_to``'s operand is broadcast to: the output's,
+    with the part's own size along each axis the whole operand is not broadcast along."""
+    data, out = _shape(call.args[0]), [int(d) for d in call.args[1].values]
+    own, added = _shape(part), len(out) - len(data)
+    return relax.ShapeExpr([own[j - added] if j >= added and data[j - added] == out[j]
+                            else out[j] for j in range(len(out))])
 
 
 def _reshape_bounds(shape: list[int], axis: int, bounds: Sequence[tuple[int, int]],

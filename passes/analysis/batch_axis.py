@@ -17,8 +17,12 @@ ELEMENTWISE_OPS = frozenset(
         "add", "subtract", "multiply", "divide", "power", "maximum", "minimum", "floor_divide",
         "nn.relu", "nn.gelu", "nn.gelu_tanh", "nn.silu", "nn.leakyrelu", "sigmoid", "tanh",
         "exp", "log", "sqrt", "rsqrt", "erf", "clip", "astype", "negative", "abs", "square",
-        "round", "floor", "ceil", "where", "greater", "less", "equal", "not_equal",
-        "greater_equal", "less_equal", "logical_and", "logical_or", "logical_not",
+        "round", "floor", "ceil", "trunc", "sign", "where", "greater", "less", "equal",
+        "not_equal", "greater_equal", "less_equal", "logical_and", "logical_or", "logical_not",
+        "logical_xor", "isnan", "isinf", "isfinite", "mod", "floor_mod", "bitwise_and",
+        "bitwise_or", "bitwise_xor", "bitwise_not", "left_shift", "right_shift", "sin", "cos",
+        "tan", "sinh", "cosh", "asin", "acos", "atan", "asinh", "acosh", "atanh", "nn.selu",
+        "nn.softplus",
     )
 )
 """Ops computed element by element, with numpy broadcasting: a part of the output needs only
@@ -53,9 +57,7 @@ PER_SAMPLE_OPS = frozenset(
         "nn.instance_norm", "nn.rms_norm", "nn.batch_norm", "nn.softmax", "nn.log_softmax",
         "nn.dropout", "squeeze", "expand_dims", "mean", "sum", "max", "min", "prod",
         "variance", "std", "argmax", "argmin", "cumsum", "cumprod", "split",
-        "flip", "nn.prelu", "nn.elu", "nn.selu", "nn.softplus", "sin", "cos", "tan",
-        "sign", "isnan", "isinf", "isfinite", "bitwise_not", "topk", "sort", "argsort",
-        "nn.pad",
+        "flip", "nn.prelu", "topk", "sort", "argsort", "nn.pad",
     )
 )
 """Ops whose first operand carries the batch and whose other operands are weights: sample

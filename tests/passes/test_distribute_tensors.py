@@ -173,6 +173,86 @@ def test_a_quantize_with_one_scale_follows_a_split_as_an_elementwise_op(scale):
         [(half, 0, 1), (half, 1, 0), (half, 1, 0), *gathered])
 
 
+def guarded_chain(guard):
+    """conv_chain with ``guard`` applied to the first conv's output: torch's export of
+    scaled_dot_product_attention zeroes a softmax's NaNs (``where(isnan(x), 0, x)``), and
+    unary maths such as a softplus computes element by element too."""
+    def build(bb, x):
+        a = bb.emit(relax.op.nn.relu(relax.op.nn.conv2d(x, const(16, 8, 3, 3),
+                                                        padding=[1, 1, 1, 1])))
+        if guard == "isnan":
+            a = bb.emit(relax.op.where(bb.emit(relax.op.isnan(a)), relax.const(0.0), a))
+        else:
+            a = bb.emit(relax.op.nn.softplus(a))
+        return relax.op.nn.relu(relax.op.nn.conv2d(a, const(8, 16, 3, 3), padding=[1, 1, 1, 1]))
+    return module(build)
+
+
+@pytest.mark.parametrize("guard", ["isnan", "softplus"])
+def test_a_nan_guard_and_unary_maths_follow_a_split_as_elementwise_ops(guard):
+    """Between an output-channel and an input-channel split only the partial sums move, as
+    without the guard (before, an isnan gathered the first conv's halves on cluster 0)."""
+    splits = [DistributedSplit(0, "out_channels", (0, 1)),
+              DistributedSplit(1, "in_channels", (0, 1))]
+    reduced, clusters = split_and_check(guarded_chain(guard), splits, (1, 8, 12, 12))
+    half = 4 * 12 * 12 * 4  # of the second conv's output
+    assert sorted(crossings(reduced, clusters)) == [(half, 0, 1), (half, 1, 0), (half, 1, 0)]
+
+
+def split_projection(axis):
+    """A GPT-2 block's fused projection: matmul 16 -> 48 columns, split into three along
+    ``axis`` (1: query, key and value of 16 columns each; 0: two halves of the rows), each
+    through its own activation, joined again."""
+    def build(bb, x):
+        y = bb.emit(relax.op.matmul(x, const(16, 48)))
+        fields = bb.emit(relax.op.split(y, 3 if axis == 1 else 2, axis=axis))
+        acts = [relax.op.nn.relu, relax.op.tanh, relax.op.sigmoid][:3 if axis == 1 else 2]
+        outs = [bb.emit(act(bb.emit(relax.TupleGetItem(fields, i))))
+                for i, act in enumerate(acts)]
+        return relax.op.concat(outs, axis=axis)
+    return module(build, (8, 16))
+
+
+@pytest.mark.parametrize("axis", [1, 0])
+def test_a_split_of_a_sharded_value_runs_part_by_part_where_the_parts_lie(axis):
+    """The projection's column halves (0-24 on cluster 0, 24-48 on cluster 1) are not
+    gathered to be split. Along the columns, the query lies on cluster 0, the key on both, the
+    value on cluster 1, and each activation runs where its parts lie; along the rows, both
+    clusters split their own half and run every activation."""
+    splits = [DistributedSplit(0, "cols", (0, 1))]
+    reduced, clusters = split_and_check(split_projection(axis), splits, (8, 16))
+    bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
+
+    def runs(op):
+        return {c for b, c in zip(bindings, clusters, strict=True) if op in str(b.value)}
+    if axis == 1:
+        assert (runs("relu"), runs("tanh"), runs("sigmoid")) == ({0}, {0, 1}, {1})
+    else:
+        assert runs("relu") == runs("tanh") == {0, 1}
+
+
+def repeated_keys():
+    """Grouped-query attention's keys (Llama's repeat_kv): a projection to 2 heads of 4,
+    each head repeated for 2 query heads by expand_dims and broadcast_to, merged to 4 heads."""
+    def build(bb, x):
+        k = bb.emit(relax.op.reshape(relax.op.matmul(x, const(16, 8)), (8, 2, 4)))
+        k = bb.emit(relax.op.expand_dims(relax.op.permute_dims(k, [1, 0, 2]), axis=1))
+        k = bb.emit(relax.op.broadcast_to(k, (2, 2, 8, 4)))
+        return relax.op.tanh(relax.op.reshape(k, (4, 8, 4)))
+    return module(build, (8, 16))
+
+
+def test_repeated_key_heads_are_broadcast_where_they_lie():
+    """Each cluster repeats the key head it projected: nothing is gathered until the output,
+    and the tanh runs on both clusters (before, broadcast_to gathered both heads)."""
+    splits = [DistributedSplit(0, "cols", (0, 1))]
+    reduced, clusters = split_and_check(repeated_keys(), splits, (8, 16))
+    bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
+    assert {c for b, c in zip(bindings, clusters, strict=True)
+            if "tanh" in str(b.value)} == {0, 1}
+    assert crossings(reduced, clusters) == [(2 * 8 * 4 * 4, 1, 0)]  # the output's half
+
+
 def upsampling_chain(method):
     """conv 8->16 -> relu -> resize to twice the size -> conv 16->8 (3x3) -> relu: a U-Net's or
     FPN's upsampling between convs."""
