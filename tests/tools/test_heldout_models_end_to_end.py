@@ -11,6 +11,9 @@ BLOCKS = {
     "gpt-decoder": {"Where", "Tanh"},  # the causal mask, tanh GELU
     "resnext-fpn": {"Resize", "Concat", "Sigmoid"},  # upsampled and concatenated, a gate
     "tcn": {"LeakyRelu", "ReduceMax"},  # dilated 1-D convs, a max over time
+    # split keys and values, repeated for grouped-query attention; the NaN guard of torch's
+    # scaled_dot_product_attention
+    "llama-decoder": {"Split", "Expand", "IsNaN"},
 }
 
 

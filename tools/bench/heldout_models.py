@@ -319,6 +319,62 @@ def _builders():
                 x = F.leaky_relu(conv(x), 0.1)
             return self.fc(x.amax(-1))
 
+    class LlamaBlock(nn.Module):
+        """RMSNorm, rotary positions, grouped-query attention (2 key heads for 4 query heads)
+        by scaled_dot_product_attention with a mask, SwiGLU."""
+
+        def __init__(self, width, heads, groups, tokens):
+            super().__init__()
+            self.heads, self.groups, self.size = heads, groups, width // heads
+            self.norm1, self.norm2 = nn.Parameter(torch.ones(width)), nn.Parameter(
+                torch.ones(width))
+            self.q = nn.Linear(width, width, bias=False)
+            self.kv = nn.Linear(width, 2 * groups * self.size, bias=False)
+            self.out = nn.Linear(width, width, bias=False)
+            self.gate, self.up = (nn.Linear(width, 2 * width, bias=False) for _ in range(2))
+            self.down = nn.Linear(2 * width, width, bias=False)
+            angles = torch.outer(torch.arange(tokens).float(), 1.0 / 10000 ** (
+                torch.arange(0, self.size, 2).float() / self.size))
+            self.register_buffer("cos", torch.cat([angles.cos()] * 2, -1))
+            self.register_buffer("sin", torch.cat([angles.sin()] * 2, -1))
+
+        @staticmethod
+        def rms(x, weight):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * weight
+
+        def rotate(self, x):
+            first, second = x.chunk(2, -1)
+            return x * self.cos + torch.cat([-second, first], -1) * self.sin
+
+        def forward(self, x, mask):
+            b, n, width = x.shape
+            h = self.rms(x, self.norm1)
+            q = self.rotate(self.q(h).view(b, n, self.heads, -1).transpose(1, 2))
+            k, v = (t.view(b, n, self.groups, -1).transpose(1, 2)
+                    for t in self.kv(h).split(self.groups * self.size, -1))
+            k = self.rotate(k)
+            k, v = (t[:, :, None].expand(b, self.groups, self.heads // self.groups, n,
+                                         self.size).reshape(b, self.heads, n, self.size)
+                    for t in (k, v))
+            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            x = x + self.out(context.transpose(1, 2).reshape(b, n, width))
+            h = self.rms(x, self.norm2)
+            return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+    class LlamaDecoder(nn.Module):
+        def __init__(self, vocab=500, width=256, heads=8, groups=2, layers=2, tokens=32):
+            super().__init__()
+            self.words = nn.Embedding(vocab, width)
+            self.blocks = nn.ModuleList(LlamaBlock(width, heads, groups, tokens)
+                                        for _ in range(layers))
+            self.register_buffer("mask", torch.ones(tokens, tokens, dtype=torch.bool).tril())
+
+        def forward(self, ids):
+            x = self.words(ids)
+            for block in self.blocks:
+                x = block(x, self.mask)
+            return x @ self.words.weight.t()
+
     def encoder(width, heads, hidden, layers):
         def make():
             layer = nn.TransformerEncoderLayer(width, heads, hidden, dropout=0.0)
@@ -341,6 +397,8 @@ def _builders():
         # Traced on zeros: drawing them would move the seeded weights of every model above.
         "mobilenetv2": (MobileNetV2, (torch.zeros(1, 3, 96, 96),), ["x"]),
         "gpt-decoder": (GptDecoder, (torch.zeros(1, 32, dtype=torch.int64),), ["input_ids"]),
+        "llama-decoder": (LlamaDecoder, (torch.zeros(1, 32, dtype=torch.int64),),
+                          ["input_ids"]),
         "resnext-fpn": (ResNeXtFPN, (torch.zeros(1, 3, 64, 64),), ["x"]),
         "tcn": (TemporalConvNet, (torch.zeros(1, 16, 128),), ["x"]),
     }
@@ -348,9 +406,9 @@ def _builders():
 
 MODELS = ["squeezenet", "efficientnet", "vit", "unet", "vgg", "resnet50-torchvision", "bert-hf",
           "encoder-64", "encoder-256", "encoder-512", "mobilenetv2", "gpt-decoder",
-          "resnext-fpn", "tcn"]
+          "resnext-fpn", "tcn", "llama-decoder"]
 
-VOCABULARY = {"bert-hf": 30522, "gpt-decoder": 500}
+VOCABULARY = {"bert-hf": 30522, "gpt-decoder": 500, "llama-decoder": 500}
 """The vocabulary of the models that read token ids: the ids drawn for them lie below it."""
 
 
