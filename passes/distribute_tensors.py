@@ -1272,10 +1272,11 @@ class _Distributor:
         edges, as the pool's own). In ceil mode, the last window's rows and columns past the
         input are padding too: each part pools in floor mode with that much more padding,
         which a max and an average without padding in its count ignore; an average counting
-        its padding is then not followed (gathered)."""
+        its padding is then not followed (gathered). With fewer output rows than bands (a
+        VGG's last pool of 7 rows over 8 bands), the first bands' members pool one row each."""
         attrs = call.attrs
         out, (height, width) = _shape(var), _shape(data)[_ROWS:]
-        if str(attrs.layout) != "NCHW" or out[_ROWS] < len(layout.rows):
+        if str(attrs.layout) != "NCHW":
             return None
         top, left, bottom, right = (int(p) for p in attrs.padding)
         stride, dilation = int(attrs.strides[0]), int(attrs.dilation[0])
@@ -1286,13 +1287,14 @@ class _Distributor:
         average = call.op.name == "relax.nn.avg_pool2d"
         counted = average and bool(attrs.count_include_pad)
         rows = self._centred(layout.rows, out[_ROWS], stride, top, extent, height) or tuple(
-            even_bounds(out[_ROWS], len(layout.rows)))
+            even_bounds(out[_ROWS], min(len(layout.rows), out[_ROWS])))
         bands = [_band_rows(b, e, stride, extent, top, height) for b, e in rows]
         if counted and (overhang > right or bands[-1][1][1] > bottom):
             return None
         n = len(layout.channels)
+        clusters = layout.clusters[:len(rows) * n]
         parts = []
-        for p, c in enumerate(layout.clusters):
+        for p, c in enumerate(clusters):
             read, (pad_top, pad_bottom) = bands[p // n]
             piece = self._tiled_region(layout, data.name,
                                        {_ROWS: read, _CHANNELS: layout.channels[p % n]}, c)
@@ -1302,7 +1304,7 @@ class _Distributor:
             pool = (relax.op.nn.avg_pool2d(piece, count_include_pad=counted, **options)
                     if average else relax.op.nn.max_pool2d(piece, **options))
             parts.append(self.emit(pool, f"{var.name}_p{p}", c))
-        return dataclasses.replace(layout, rows=rows, parts=tuple(parts))
+        return dataclasses.replace(layout, rows=rows, parts=tuple(parts), clusters=clusters)
 
     def _reduce_tiles(self, var: relax.Var, call: relax.Call, data: relax.Var, layout: _Tiled
                       ) -> _Sharded:

@@ -729,6 +729,26 @@ def test_a_pool_between_row_splits_pools_each_band_with_its_halo(pool):
     # crosses: no cluster gathers the whole 16 rows.
     assert max(n for n, _, _ in crossings(reduced, clusters)) <= 16 * 6 * 16 * 4
 
+
+@pytest.mark.parametrize("dim", ["rows", "tiles/2"])
+def test_a_pool_with_fewer_output_rows_than_bands_pools_on_the_first_bands(dim):
+    """conv 8->16 (6 rows in 4 bands, or 2-D tiles of 4 bands by 2 slices) -> 2x2 max pool,
+    stride 2 (3 rows): the first three bands' members pool one row each, reading their two
+    input rows from wherever they lie; the pool ran whole on one cluster after a gather."""
+    def block(bb, x):
+        a = bb.emit(relax.op.nn.conv2d(x, const(16, 8, 3, 3), padding=[1, 1, 1, 1]))
+        return relax.op.nn.relu(relax.op.nn.max_pool2d(a, [2, 2], [2, 2]))
+
+    group = (0, 1, 2, 3) if dim == "rows" else tuple(range(8))
+    splits = [DistributedSplit(0, dim, group)]
+    reduced, clusters = split_and_check(module(block, (1, 8, 6, 6)), splits, (1, 8, 6, 6))
+    bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
+    where = {b.var: c for b, c in zip(bindings, clusters, strict=True)}
+    pools = [b for b in bindings if "max_pool2d" in b.value.args[0].name_hint]
+    assert sorted(where[b.var] for b in pools) == list(group[:len(group) * 3 // 4])
+    assert all(int(b.var.ty.shape.values[2]) == 1 for b in pools)
+
+
 @pytest.mark.parametrize("dim", ["out_channels", "batch"])
 def test_a_transposed_conv_is_split_and_the_next_conv_reads_its_parts(dim):
     """conv 8->16 (rows) -> transposed conv 16->8, 2x2 at stride 2 (a U-Net's upsampling),
