@@ -1428,9 +1428,11 @@ class _Distributor:
             removed = {int(a) % rank for a in attrs.axis}
             return None if axis in removed else axis - sum(a < axis for a in removed)
         if name == "relax.broadcast_to" and isinstance(call.args[1], relax.ShapeExpr):
-            # A distributed axis (more than one element) is never the one broadcast: it only
-            # moves by the axes added in front (grouped-query attention's keys repeated).
-            return axis + len(call.args[1].values) - rank
+            # The axis moves by the axes added in front (grouped-query attention's keys
+            # repeated); a part along an axis that is broadcast (of one element) is not followed.
+            out = [int(d) for d in call.args[1].values]
+            moved = axis + len(out) - rank
+            return moved if out[moved] == _shape(call.args[0])[axis] else None
         if name == "relax.expand_dims":
             out_rank = rank + len(attrs.axis)
             added = {int(a) % out_rank for a in attrs.axis}

@@ -253,6 +253,18 @@ def test_repeated_key_heads_are_broadcast_where_they_lie():
     assert crossings(reduced, clusters) == [(2 * 8 * 4 * 4, 1, 0)]  # the output's half
 
 
+def test_a_one_column_field_broadcast_along_its_column_is_gathered_first():
+    """A split's first field is one column of the projection's first part; broadcast along
+    that column (to five) it is not followed as a part of a sharded value, whose bounds would
+    cover one column of five: the numerics hold."""
+    def build(bb, x):
+        y = bb.emit(relax.op.matmul(x, const(16, 48)))
+        fields = bb.emit(relax.op.split(y, [1], axis=1))
+        first = bb.emit(relax.TupleGetItem(fields, 0))
+        return relax.op.tanh(relax.op.broadcast_to(first, (8, 5)))
+    split_and_check(module(build, (8, 16)), [DistributedSplit(0, "cols", (0, 1))], (8, 16))
+
+
 def upsampling_chain(method):
     """conv 8->16 -> relu -> resize to twice the size -> conv 16->8 (3x3) -> relu: a U-Net's or
     FPN's upsampling between convs."""
