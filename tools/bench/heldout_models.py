@@ -320,8 +320,9 @@ def _builders():
             return self.fc(x.amax(-1))
 
     class LlamaBlock(nn.Module):
-        """RMSNorm, rotary positions, grouped-query attention (2 key heads for 4 query heads)
-        by scaled_dot_product_attention with a mask, SwiGLU."""
+        """RMSNorm, rotary positions, grouped-query attention (each key and value head shared
+        by ``heads // groups`` query heads) by scaled_dot_product_attention with a mask,
+        SwiGLU."""
 
         def __init__(self, width, heads, groups, tokens):
             super().__init__()
