@@ -167,6 +167,8 @@ def _visit(binding: relax.VarBinding, batch: int, batched: set, tuples: dict,
         return f"{var.name} calls {value.op}, which data-parallel cannot look into"
     name, attrs = value.op.name, value.attrs
     where = f"{name} ({var.name})"
+    if isinstance(value.args[0], tvm.ir.GlobalVar):  # call_tir: name the kernel it calls
+        where = f"{name} of {value.args[0].name_hint} ({var.name})"
     out = _shape(var)
     if isinstance(var.ty, tvm.ir.TupleType):
         if name not in PER_SAMPLE_OPS or any(carried[1:]):
