@@ -74,6 +74,7 @@ import numpy as np
 import tvm
 from tvm import relax, te
 
+from tvm_chiplet.passes import resize_rows
 from tvm_chiplet.passes.analysis.batch_axis import elementwise
 from tvm_chiplet.passes.attrs import ATTR_IN_PLACE, PARTIAL_SUM
 from tvm_chiplet.passes.fold_constant_calls import FoldConstantCalls
@@ -838,12 +839,18 @@ class _Distributor:
                 pooled = self._pool_tiles(var, call, args[0], bands)
                 return None if pooled is None else _Sharded(_ROWS, pooled.rows, pooled.parts,
                                                             pooled.clusters)
+            if name == "relax.image.resize2d":
+                resized = self._resize_tiles(var, call, args[0], bands)
+                return None if resized is None else _Sharded(_ROWS, resized.rows, resized.parts,
+                                                              resized.clusters)
             if _reduced_rows(call) is not None:
                 reduced = self._reduce_tiles(var, call, args[0], bands)
                 return _Whole(reduced.parts[0], reduced.clusters[0])  # one channel slice
         if isinstance(tiled, _Tiled) and tiled.nchw:
             if name in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d"):
                 return self._pool_tiles(var, call, args[0], tiled)
+            if name == "relax.image.resize2d":
+                return self._resize_tiles(var, call, args[0], tiled)
             if _reduced_rows(call) is not None:
                 return self._reduce_tiles(var, call, args[0], tiled)
         if isinstance(tiled, _Tiled) and name != "relax.matmul":
@@ -1306,33 +1313,131 @@ class _Distributor:
             parts.append(self.emit(pool, f"{var.name}_p{p}", c))
         return dataclasses.replace(layout, rows=rows, parts=tuple(parts), clusters=clusters)
 
+    def _resize_tiles(self, var: relax.Var, call: relax.Call, data: relax.Var, layout: _Tiled
+                      ) -> _Tiled | None:
+        """A ``resize2d`` (NCHW) of ``data`` tiled as ``layout`` (an FPN's or a U-Net's
+        upsampling), band by band. One that scales the rows by a whole factor ``r`` in a
+        coordinate mode that shifts with the bands (half-pixel, asymmetric): each part resizes
+        its band of input rows with the halo the method reads (one row, two for cubic) and keeps
+        its own band of output rows, ``r`` times its input's (nearest only by a power of two,
+        whose source rows float32 computes exactly, and without ties to round to the even
+        row). Any other linear resize (one aligning the
+        corners, or by no whole factor): each part resizes its band's input rows along the
+        columns only, then weighs them into its output rows by its rows of the resize's
+        interpolation matrix (:func:`~.resize_rows.linear_rows`). Else None (gathered)."""
+        attrs = call.attrs
+        height, out_height = _shape(data)[_ROWS], _shape(var)[_ROWS]
+        size, method = call.args[1], str(attrs.method)
+        mode = str(attrs.coordinate_transformation_mode)
+        if str(attrs.layout) != "NCHW" or not isinstance(size, relax.ShapeExpr):
+            return None
+        scale = 0 if out_height % height else out_height // height
+        nearest = method == "nearest_neighbor"
+        if not scale or mode not in _SHIFTED_RESIZES or method not in _RESIZE_HALO or (
+                nearest and scale & (scale - 1)) or (
+                nearest and str(attrs.rounding_method) == "round"
+                and resize_rows.rounds_ties(height, out_height, mode)):
+            if method == "linear" and mode in resize_rows.LINEAR_MODES:
+                return self._interpolate_tiles(var, call, data, layout)
+            return None
+        halo, width = _RESIZE_HALO[method], size.values[1]
+        n = len(layout.channels)
+        parts = []
+        for p, c in enumerate(layout.clusters):
+            begin, end = layout.rows[p // n]
+            lo, hi = max(begin - halo, 0), min(end + halo, height)
+            piece = self._tiled_region(layout, data.name,
+                                       {_ROWS: (lo, hi), _CHANNELS: layout.channels[p % n]}, c)
+            resized = self.emit(relax.Call(call.op, [piece, relax.ShapeExpr(
+                [scale * (hi - lo), width])], attrs), f"{var.name}_p{p}", c)
+            parts.append(self._slice(resized, _ROWS, scale * (begin - lo), scale * (end - lo),
+                                     f"{var.name}_band{p}", c))
+        return dataclasses.replace(layout, rows=tuple((scale * b, scale * e)
+                                                      for b, e in layout.rows),
+                                   parts=tuple(parts))
+
+    def _interpolate_tiles(self, var: relax.Var, call: relax.Call, data: relax.Var,
+                           layout: _Tiled) -> _Tiled | None:
+        """A linear resize of ``data`` tiled as ``layout`` band by band, as a resize of each
+        part's input rows along the columns and a matmul by its output rows' interpolation
+        weights: band ``i`` of the output holds the rows whose source lies in input band ``i``
+        (:func:`~.resize_rows.band_bounds`), and reads the input rows their weights name."""
+        height, out_height = _shape(data)[_ROWS], _shape(var)[_ROWS]
+        mode = str(call.attrs.coordinate_transformation_mode)
+        rows = resize_rows.band_bounds(height, out_height, mode, layout.rows)
+        if rows is None or height < 2:
+            return None
+        weights = resize_rows.linear_rows(height, out_height, mode)
+        width, dtype = call.args[1].values[1], str(var.ty.dtype)
+        n = len(layout.channels)
+        parts = []
+        for p, c in enumerate(layout.clusters):
+            begin, end = rows[p // n]
+            read = np.flatnonzero(weights[begin:end].any(axis=0))
+            # Two rows at least: TVM's resize of one row to one aligning the corners divides
+            # by zero.
+            lo = min(int(read[0]), height - 2)
+            hi = max(int(read[-1]) + 1, lo + 2)
+            piece = self._tiled_region(layout, data.name,
+                                       {_ROWS: (lo, hi), _CHANNELS: layout.channels[p % n]}, c)
+            if int(width) != _shape(data)[_ROWS + 1]:
+                piece = self.emit(relax.Call(call.op, [piece, relax.ShapeExpr([hi - lo, width])],
+                                             call.attrs), f"{var.name}_cols{p}", c)
+            band = relax.const(weights[begin:end, lo:hi], dtype)
+            parts.append(self.emit(relax.op.matmul(band, piece), f"{var.name}_p{p}", c))
+        return dataclasses.replace(layout, rows=rows, parts=tuple(parts))
+
     def _reduce_tiles(self, var: relax.Var, call: relax.Call, data: relax.Var, layout: _Tiled
                       ) -> _Sharded:
         """A reduction over the rows but not the channels of ``data`` tiled as ``layout`` (a
-        global average pool): each part reduces its tile, and each channel slice's bands are
-        combined on the slice's member of the first band, so the value is sharded along the
-        channels over those members instead of gathered whole on one cluster."""
+        global average pool, an instance norm's mean or variance): each part reduces its tile,
+        and each channel slice's bands are combined on the slice's member of the first band, so
+        the value is sharded along the channels over those members instead of gathered whole on
+        one cluster. A variance takes two passes: the slice's mean, sent back to its tiles,
+        then the sum of each tile's squared deviations from it (exact, as one pass of sums of
+        squares is not)."""
         shape = _shape(data)
         axes, keepdims, mean = _reduced_rows(call)
-        reduce, combine = _TILE_REDUCES["relax.sum" if mean else call.op.name]
+        name = call.op.name
+        count = int(np.prod([shape[a] for a in axes]))
         n = len(layout.channels)
+        if name != "relax.variance":
+            reduce, combine = _TILE_REDUCES["relax.sum" if mean else name]
+            partials = [reduce(part, axis=axes, keepdims=keepdims) for part in layout.parts]
+            parts = self._combine_bands(var, layout, partials, combine, count if mean else None)
+        else:
+            sums = [relax.op.sum(part, axis=axes, keepdims=True) for part in layout.parts]
+            means = self._combine_bands(var, layout, sums, relax.op.add, count)
+            partials = []
+            for p, (part, c) in enumerate(zip(layout.parts, layout.clusters, strict=True)):
+                deviation = self.emit(relax.op.subtract(part, self.use(means[p % n], c)),
+                                      f"{var.name}_dev{p}", c)
+                partials.append(relax.op.sum(relax.op.square(deviation), axis=axes,
+                                             keepdims=keepdims))
+            parts = self._combine_bands(var, layout, partials, relax.op.add, count)
+        axis = _CHANNELS if keepdims else _CHANNELS - sum(a < _CHANNELS for a in axes)
+        return _Sharded(axis, layout.channels, tuple(parts), layout.clusters[:n])
+
+    def _combine_bands(self, var: relax.Var, layout: _Tiled, partials: list[relax.Expr],
+                       combine, count: int | None) -> list[relax.Var]:
+        """Each tile's ``partials`` (a reduction of it, emitted on its cluster), combined over
+        the bands of each channel slice on the slice's member of the first band, and divided by
+        ``count`` when one is given (a mean)."""
         tag = PARTIAL_SUM if combine is relax.op.add else "_p"  # sums; a max is no partial sum
-        partials = [self.emit(reduce(part, axis=axes, keepdims=keepdims), f"{var.name}{tag}{p}", c)
-                    for p, (part, c) in enumerate(zip(layout.parts, layout.clusters,
-                                                      strict=True))]
+        partials = [self.emit(value, f"{var.name}{tag}{p}", c)
+                    for p, (value, c) in enumerate(zip(partials, layout.clusters, strict=True))]
+        n = len(layout.channels)
         parts = []
         for j, c in enumerate(layout.clusters[:n]):
             total = partials[j]
             for i in range(1, len(layout.rows)):
                 total = self.emit(combine(total, self.use(partials[i * n + j], c)),
                                   f"{var.name}_sum", c)
-            if mean:
-                count = int(np.prod([shape[a] for a in axes]))
+            if count is not None:
                 total = self.emit(relax.op.divide(total, relax.const(count, str(var.ty.dtype))),
                                   f"{var.name}_mean", c)
             parts.append(total)
-        axis = _CHANNELS if keepdims else _CHANNELS - sum(a < _CHANNELS for a in axes)
-        return _Sharded(axis, layout.channels, tuple(parts), layout.clusters[:n])
+        return parts
 
     def _follow_matmul(self, var: relax.Var, call: relax.Call, args: list[relax.Expr],
                        rank: int) -> _Sharded | None:
@@ -1729,6 +1834,13 @@ class _Distributor:
         return relax.Call(call.op, args, call.attrs)
 
 
+_RESIZE_HALO = {"nearest_neighbor": 1, "linear": 1, "cubic": 2}
+"""The input rows beyond its own that a band of a resize's output reads, by method."""
+_SHIFTED_RESIZES = frozenset(("half_pixel", "pytorch_half_pixel", "asymmetric",
+                              "tf_half_pixel_for_nn"))
+"""Resize coordinate modes under which a whole-factor resize of a band of rows equals the same
+rows of the whole resize: its source coordinates shift with the band."""
+
 _TILE_REDUCES = {
     "relax.sum": (relax.op.sum, relax.op.add),
     "relax.max": (relax.op.max, relax.op.maximum),
@@ -1739,8 +1851,8 @@ _TILE_REDUCES = {
 
 def _reduced_rows(call: relax.Call) -> tuple[list[int], bool, bool] | None:
     """``(axes, keepdims, mean)`` of a reduction of a 4-D NCHW value over its rows and not its
-    channels (a mean, sum, max or min; or an adaptive average pool to 1x1, as a mean over rows
-    and columns), which a tiled value's parts can reduce tile by tile; else None."""
+    channels (a mean, variance, sum, max or min; or an adaptive average pool to 1x1, as a mean
+    over rows and columns), which a tiled value's parts can reduce tile by tile; else None."""
     name, attrs = call.op.name, call.attrs
     if name == "relax.nn.adaptive_avg_pool2d":
         size = [int(s) for s in attrs.output_size] if attrs.output_size is not None else []
@@ -1748,7 +1860,7 @@ def _reduced_rows(call: relax.Call) -> tuple[list[int], bool, bool] | None:
                 size not in ([1], [1, 1]):
             return None
         return [_ROWS, _ROWS + 1], True, True
-    if name not in ("relax.mean", *_TILE_REDUCES) or attrs.axis is None:
+    if name not in ("relax.mean", "relax.variance", *_TILE_REDUCES) or attrs.axis is None:
         return None
     axes = sorted({int(a) % 4 for a in attrs.axis})
     if _ROWS not in axes or _CHANNELS in axes:

@@ -265,30 +265,95 @@ def test_a_one_column_field_broadcast_along_its_column_is_gathered_first():
     split_and_check(module(build, (8, 16)), [DistributedSplit(0, "cols", (0, 1))], (8, 16))
 
 
-def upsampling_chain(method):
-    """conv 8->16 -> relu -> resize to twice the size -> conv 16->8 (3x3) -> relu: a U-Net's or
-    FPN's upsampling between convs."""
+def upsampling_chain(method, mode="half_pixel", size=(24, 24), shape=(1, 8, 12, 12),
+                     rounding="round"):
+    """conv 8->16 -> relu -> resize (to twice the size by default) -> conv 16->8 (3x3) ->
+    relu: a U-Net's or FPN's upsampling between convs."""
     def build(bb, x):
         a = bb.emit(relax.op.nn.relu(relax.op.nn.conv2d(x, const(16, 8, 3, 3),
                                                         padding=[1, 1, 1, 1])))
-        up = bb.emit(relax.op.image.resize2d(a, (24, 24), method=method))
+        up = bb.emit(relax.op.image.resize2d(a, size, method=method, rounding_method=rounding,
+                                             coordinate_transformation_mode=mode))
         return relax.op.nn.relu(relax.op.nn.conv2d(up, const(8, 16, 3, 3), padding=[1, 1, 1, 1]))
-    return module(build)
+    return module(build, shape)
 
 
 @pytest.mark.parametrize("method", ["nearest_neighbor", "linear"])
-def test_a_resize_follows_a_channel_split_and_gathers_a_row_split(method):
+def test_a_resize_follows_a_channel_split(method):
     """Each channel's image is resized on its own: between an output-channel and an
-    input-channel split, only the partial sums move. Its rows read across the bands, so a row
-    split's output is gathered before it."""
+    input-channel split, only the partial sums move."""
     channels = [DistributedSplit(0, "out_channels", (0, 1)),
                 DistributedSplit(1, "in_channels", (0, 1))]
     reduced, clusters = split_and_check(upsampling_chain(method), channels, (1, 8, 12, 12))
     half = 4 * 24 * 24 * 4  # of the second conv's output
     assert sorted(crossings(reduced, clusters)) == [(half, 0, 1), (half, 1, 0), (half, 1, 0)]
-    rows = [DistributedSplit(0, "rows", (0, 1))]
-    reduced, clusters = split_and_check(upsampling_chain(method), rows, (1, 8, 12, 12))
+
+
+def resized_rows(reduced, clusters):
+    """(cluster, output rows) of each part of the resize in ``reduced`` (a resize2d fused with
+    the cut of its band from the halo's rows, or the matmul that weighs a linear resize's
+    rows), in order."""
+    bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
+    return sorted((c, int(b.var.ty.shape.values[2]))
+                  for b, c in zip(bindings, clusters, strict=True)
+                  if b.value.args[0].name_hint.startswith(("matmul", "fused_resize2d")))
+
+
+@pytest.mark.parametrize("method, mode, rows", [
+    ("nearest_neighbor", "asymmetric", [8, 8, 8]),  # as torch exports F.interpolate's nearest
+    ("nearest_neighbor", "half_pixel", [8, 8, 8]), ("linear", "half_pixel", [8, 8, 8]),
+    ("cubic", "half_pixel", [8, 8, 8]), ("linear", "align_corners", [9, 8, 7]),
+])
+def test_a_resize_of_row_bands_resizes_each_band_where_it_lies(method, mode, rows):
+    """conv (3 row bands) -> resize to twice the size -> conv (3 row bands): each band is
+    resized on its cluster from its rows and the next bands' edge rows (a whole factor in a
+    mode that shifts with the bands: the band with its halo, resized; aligning the corners:
+    the rows its outputs' interpolation weights name, weighed by a matmul), never gathered:
+    apart from the two output bands gathered home at the end, only rows of a halo cross (two
+    at most, of the resize's input or of the second conv's)."""
+    splits = [DistributedSplit(0, "rows", (0, 1, 2)), DistributedSplit(1, "rows", (0, 1, 2))]
+    mod = upsampling_chain(method, mode, rounding="floor" if mode == "asymmetric" else "round")
+    reduced, clusters = split_and_check(mod, splits, (1, 8, 12, 12))
+    assert resized_rows(reduced, clusters) == list(zip((0, 1, 2), rows, strict=True))
+    moved = sorted(n for n, _, _ in crossings(reduced, clusters))
+    assert max(moved[:-2]) <= 2 * 16 * 24 * 4
+
+
+@pytest.mark.parametrize("mode", ["half_pixel", "pytorch_half_pixel", "asymmetric"])
+def test_a_linear_resize_by_no_whole_factor_weighs_each_bands_rows_where_it_lies(mode):
+    """12 rows in 3 bands resized to 18 (by 1.5): each band's output rows (those whose source
+    lies in it) are weighed from its rows and its neighbours' edge rows, on its cluster."""
+    splits = [DistributedSplit(0, "rows", (0, 1, 2))]
+    mod = upsampling_chain("linear", mode, (18, 18))
+    reduced, clusters = split_and_check(mod, splits, (1, 8, 12, 12))
+    assert [c for c, _ in resized_rows(reduced, clusters)] == [0, 1, 2]
+    assert sum(rows for _, rows in resized_rows(reduced, clusters)) == 18
+
+
+@pytest.mark.parametrize("method, mode, size", [
+    ("nearest_neighbor", "half_pixel", (36, 36)),  # by 3, not a power of two
+    ("nearest_neighbor", "asymmetric", (24, 24)),  # ties (rows 0.5, 1.5...) round to even
+    ("nearest_neighbor", "align_corners", (24, 24)), ("cubic", "align_corners", (24, 24)),
+])
+def test_a_resize_that_does_not_shift_with_the_bands_nor_is_linear_is_gathered(method, mode,
+                                                                                size):
+    """Row bands of 6 (an odd number): rounding a tie to the even row would round the second
+    band's ties the other way in a resize of its own."""
+    splits = [DistributedSplit(0, "rows", (0, 1))]
+    reduced, clusters = split_and_check(upsampling_chain(method, mode, size), splits,
+                                        (1, 8, 12, 12))
     assert (16 * 6 * 12 * 4, 1, 0) in crossings(reduced, clusters)  # cluster 1's band, whole
+
+
+def test_a_band_of_one_row_resized_aligning_the_corners_reads_two():
+    """Six bands of one row resized to twice the size aligning the corners: the last band's
+    one output row reads a single input row (its source, 5, is whole), which a resize of the
+    columns alone cannot take (TVM divides by zero aligning one row to one); it reads two."""
+    splits = [DistributedSplit(0, "rows", tuple(range(6)))]
+    mod = upsampling_chain("linear", "align_corners", (12, 24), (1, 8, 6, 12))
+    reduced, clusters = split_and_check(mod, splits, (1, 8, 6, 12))
+    assert [c for c, _ in resized_rows(reduced, clusters)] == list(range(6))
+    assert resized_rows(reduced, clusters)[-1] == (5, 1)
 
 
 def prelu_chain():
@@ -934,6 +999,40 @@ def test_a_global_pool_of_a_2d_split_reduces_each_tile_where_it_lies(pool):
     moved = crossings(reduced, clusters)
     assert sorted((s, d) for n, s, d in moved if n == 8 * 4) == [(2, 0), (3, 1), (4, 0), (5, 1)]
     assert sorted(n for n, _, _ in moved if n != 8 * 4) == [10 * 4]
+
+
+def instance_norm_chain(keepdims: bool):
+    """conv 8->16 (3x3) -> instance norm (a mean and a variance over the rows and columns, as
+    TVM's ONNX importer writes InstanceNormalization) -> relu -> conv 16->8: a style-transfer
+    net's or a U-Net's block."""
+    def build(bb, x):
+        a = bb.emit(relax.op.nn.conv2d(x, const(16, 8, 3, 3), padding=[1, 1, 1, 1]))
+        mean = bb.emit(relax.op.mean(a, axis=[2, 3], keepdims=True))
+        var = bb.emit(relax.op.variance(a, axis=[2, 3], keepdims=keepdims))
+        if not keepdims:
+            var = bb.emit(relax.op.reshape(var, [1, 16, 1, 1]))
+        norm = bb.emit(relax.op.divide(relax.op.subtract(a, mean),
+                                       relax.op.sqrt(relax.op.add(var, relax.const(1e-5)))))
+        return relax.op.nn.conv2d(relax.op.nn.relu(norm), const(8, 16, 3, 3),
+                                  padding=[1, 1, 1, 1])
+    return module(build)
+
+
+@pytest.mark.parametrize("dim, group", [("rows", (0, 1, 2)), ("tiles/2", tuple(range(6)))])
+@pytest.mark.parametrize("keepdims", [True, False])
+def test_an_instance_norm_of_row_bands_reduces_each_band_where_it_lies(dim, group, keepdims):
+    """The mean and the variance of row bands (or 2-D tiles) are summed band by band on the
+    first band's members; the variance in two passes, each band's squared deviations from the
+    mean sent back to it. Only those per-channel sums and means cross, with the rows and
+    slices the second conv reads; no band or tile is gathered on the home cluster, as it
+    was for the variance."""
+    splits = [DistributedSplit(0, dim, group), DistributedSplit(1, dim, group)]
+    reduced, clusters = split_and_check(instance_norm_chain(keepdims), splits, (1, 8, 12, 12))
+    part = 16 * 12 * 12 * 4 // len(group)  # a band of 4 rows, or a tile of it by 8 channels
+    sent = [s for n, s, d in crossings(reduced, clusters) if n == part and d == 0]
+    assert sent == ([] if dim == "rows" else [1])  # the second conv's tiles read band 0's
+    sums = [n for n, _, _ in crossings(reduced, clusters) if n < 16 * 12 * 4]
+    assert set(sums) == ({16 * 4} if dim == "rows" else {8 * 4, 8 * 12 * 4})
 
 
 @pytest.mark.parametrize("first, second", [
