@@ -14,6 +14,7 @@ BLOCKS = {
     # split keys and values, repeated for grouped-query attention; the NaN guard of torch's
     # scaled_dot_product_attention
     "llama-decoder": {"Split", "Expand", "IsNaN"},
+    "unet-upsample": {"InstanceNormalization", "Resize"},  # resized aligning the corners
 }
 
 

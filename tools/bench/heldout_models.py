@@ -24,7 +24,9 @@ exports them (batch norms folded into the convs, torch's attention), at batch 1:
   (inverted residuals with ReLU6 at 96x96), ``gpt-decoder`` (a 2-layer decoder of 32 tokens:
   causal mask, tanh GELU, a language-model head), ``resnext-fpn`` (a grouped conv, a
   squeeze-and-excitation gate of linear layers, nearest upsampling concatenated with a finer
-  map) and ``tcn`` (dilated 1-D convs, leaky ReLU, a max over time).
+  map), ``tcn`` (dilated 1-D convs, leaky ReLU, a max over time), ``llama-decoder`` (RMSNorm,
+  rotary positions, grouped-query attention, SwiGLU) and ``unet-upsample`` (instance norms,
+  bilinear upsampling aligning the corners).
 
 Weights are seeded; batch norms have non-trivial statistics so that folding them changes the
 convs.
@@ -307,6 +309,31 @@ def _builders():
             up = F.interpolate(self.lateral(coarse), scale_factor=2, mode="nearest")
             return self.out(torch.cat([fine, up], 1))
 
+    class UpsamplingUNet(nn.Module):
+        """A U-Net as the popular PyTorch ones write it: instance norms, bilinear upsampling
+        aligning the corners (an FPN's or DeepLab's does not: both are exact band by band)."""
+
+        def __init__(self, width=16):
+            super().__init__()
+
+            def block(cin, cout):
+                return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1),
+                                     nn.InstanceNorm2d(cout, affine=True), nn.ReLU())
+
+            self.d1, self.d2, self.d3 = block(3, width), block(width, 2 * width), block(
+                2 * width, 4 * width)
+            self.u2, self.u1 = block(6 * width, 2 * width), block(3 * width, width)
+            self.out = nn.Conv2d(width, 2, 1)
+
+        def forward(self, x):
+            def up(y):
+                return F.interpolate(y, scale_factor=2, mode="bilinear", align_corners=True)
+            a = self.d1(x)
+            b = self.d2(F.max_pool2d(a, 2))
+            m = self.d3(F.max_pool2d(b, 2))
+            b = self.u2(torch.cat([up(m), b], 1))
+            return self.out(self.u1(torch.cat([up(b), a], 1)))
+
     class TemporalConvNet(nn.Module):
         def __init__(self):
             super().__init__()
@@ -402,12 +429,13 @@ def _builders():
                           ["input_ids"]),
         "resnext-fpn": (ResNeXtFPN, (torch.zeros(1, 3, 64, 64),), ["x"]),
         "tcn": (TemporalConvNet, (torch.zeros(1, 16, 128),), ["x"]),
+        "unet-upsample": (UpsamplingUNet, (torch.zeros(1, 3, 64, 64),), ["x"]),
     }
 
 
 MODELS = ["squeezenet", "efficientnet", "vit", "unet", "vgg", "resnet50-torchvision", "bert-hf",
           "encoder-64", "encoder-256", "encoder-512", "mobilenetv2", "gpt-decoder",
-          "resnext-fpn", "tcn", "llama-decoder"]
+          "resnext-fpn", "tcn", "llama-decoder", "unet-upsample"]
 
 VOCABULARY = {"bert-hf": 30522, "gpt-decoder": 500, "llama-decoder": 500}
 """The vocabulary of the models that read token ids: the ids drawn for them lie below it."""
