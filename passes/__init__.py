@@ -6,6 +6,7 @@ from tvm_chiplet.passes.annotate_placement import AnnotatePlacement
 from tvm_chiplet.passes.conv1d_as_conv2d import Conv1dAsConv2d
 from tvm_chiplet.passes.flatten_matmul_rows import FlattenMatmulRows
 from tvm_chiplet.passes.fold_constant_calls import FoldConstantCalls
+from tvm_chiplet.passes.group_norm_by_channels import GroupNormByChannels
 from tvm_chiplet.passes.keep_quantized_weights import KeepQuantizedWeights
 from tvm_chiplet.passes.legalize_once import LegalizeOnce
 from tvm_chiplet.passes.partition_by_cluster import PartitionByCluster
@@ -29,6 +30,7 @@ __all__ = [
     "Conv1dAsConv2d",
     "FlattenMatmulRows",
     "FoldConstantCalls",
+    "GroupNormByChannels",
     "KeepQuantizedWeights",
     "LegalizeOnce",
     "PartitionByCluster",

@@ -639,6 +639,8 @@ class _Distributor:
                 followed = axis + len(out) - rank
             elif call.op.name == "relax.reshape":
                 continue
+            elif rank == 4 and axis == _ROWS and _reduced_rows(call) is not None:
+                continue  # a mean over the rows of bands or tiles: reduced where they lie
             else:
                 followed = self._followed_axis(call, axis, rank)
             if followed is None or not self._kept(user.var, followed, len(out), depth - 1):

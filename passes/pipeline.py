@@ -7,6 +7,7 @@ from collections.abc import Callable
 import tvm
 
 from tvm_chiplet.passes.conv1d_as_conv2d import Conv1dAsConv2d
+from tvm_chiplet.passes.group_norm_by_channels import GroupNormByChannels
 from tvm_chiplet.passes.partition_by_cluster import PartitionByCluster
 from tvm_chiplet.passes.plan_placement import PlanPlacement
 from tvm_chiplet.passes.plan_split_placement import PlanSplitPlacement
@@ -22,12 +23,13 @@ from tvm_chiplet.targets.system import ChipletSystem
 def prepare_splits() -> tvm.transform.Pass:
     """The rewrites of a model before it is planned for splits, with the same results:
     Conv1dAsConv2d (1-D convolutions split as 2-D ones), SliceStridedConvs (a strided
-    1x1 conv reads only the pixels it uses) and UnpackProjections (a packed Q/K/V projection
-    as three). Benchmarks that plan a model apply it as the ``chiplet-default`` pipeline does.
-    FlattenMatmulRows (one-row projections as one of many rows) is planned beside it, not in
-    its place (:func:`~.plan_split_placement.plan_splits`)."""
-    return tvm.transform.Sequential([Conv1dAsConv2d(), SliceStridedConvs(), UnpackProjections()],
-                                    name="chiplet-prepare-splits")
+    1x1 conv reads only the pixels it uses), GroupNormByChannels (a group norm's statistics
+    taken on the image, not a flattened view of each group) and UnpackProjections (a packed
+    Q/K/V projection as three). Benchmarks that plan a model apply it as the
+    ``chiplet-default`` pipeline does. FlattenMatmulRows (one-row projections as one of many
+    rows) is planned beside it, not in its place (:func:`~.plan_split_placement.plan_splits`)."""
+    return tvm.transform.Sequential([Conv1dAsConv2d(), SliceStridedConvs(), GroupNormByChannels(),
+                                     UnpackProjections()], name="chiplet-prepare-splits")
 
 
 def _chiplet_default(

@@ -14,7 +14,9 @@ BLOCKS = {
     # split keys and values, repeated for grouped-query attention; the NaN guard of torch's
     # scaled_dot_product_attention
     "llama-decoder": {"Split", "Expand", "IsNaN"},
-    "unet-upsample": {"InstanceNormalization", "Resize"},  # resized aligning the corners
+    # resized aligning the corners; group norms as torch writes them (instance norms of a
+    # reshape to the groups)
+    "unet-upsample": {"InstanceNormalization", "Resize"},
 }
 
 

@@ -25,8 +25,8 @@ exports them (batch norms folded into the convs, torch's attention), at batch 1:
   causal mask, tanh GELU, a language-model head), ``resnext-fpn`` (a grouped conv, a
   squeeze-and-excitation gate of linear layers, nearest upsampling concatenated with a finer
   map), ``tcn`` (dilated 1-D convs, leaky ReLU, a max over time), ``llama-decoder`` (RMSNorm,
-  rotary positions, grouped-query attention, SwiGLU) and ``unet-upsample`` (instance norms,
-  bilinear upsampling aligning the corners).
+  rotary positions, grouped-query attention, SwiGLU) and ``unet-upsample`` (instance and group
+  norms, bilinear upsampling aligning the corners).
 
 Weights are seeded; batch norms have non-trivial statistics so that folding them changes the
 convs.
@@ -310,19 +310,25 @@ def _builders():
             return self.out(torch.cat([fine, up], 1))
 
     class UpsamplingUNet(nn.Module):
-        """A U-Net as the popular PyTorch ones write it: instance norms, bilinear upsampling
-        aligning the corners (an FPN's or DeepLab's does not: both are exact band by band)."""
+        """A U-Net as the popular PyTorch ones write it: instance norms down, group norms up (as
+        a diffusion U-Net's), bilinear upsampling aligning the corners (an FPN's or DeepLab's
+        does not: both are exact band by band)."""
 
         def __init__(self, width=16):
             super().__init__()
 
-            def block(cin, cout):
-                return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1),
-                                     nn.InstanceNorm2d(cout, affine=True), nn.ReLU())
+            def block(cin, cout, norm):
+                return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), norm(cout), nn.ReLU())
 
-            self.d1, self.d2, self.d3 = block(3, width), block(width, 2 * width), block(
-                2 * width, 4 * width)
-            self.u2, self.u1 = block(6 * width, 2 * width), block(3 * width, width)
+            def instance(channels):
+                return nn.InstanceNorm2d(channels, affine=True)
+
+            def group(channels):
+                return nn.GroupNorm(4, channels)
+
+            self.d1, self.d2, self.d3 = block(3, width, instance), block(
+                width, 2 * width, instance), block(2 * width, 4 * width, instance)
+            self.u2, self.u1 = block(6 * width, 2 * width, group), block(3 * width, width, group)
             self.out = nn.Conv2d(width, 2, 1)
 
         def forward(self, x):
