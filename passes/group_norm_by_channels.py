@@ -1,5 +1,5 @@
-"""GroupNormByChannels: a group norm written over a flattened view of each group takes its
-statistics channel by channel on the NCHW image instead."""
+"""GroupNormByChannels: a group norm (an op, or written over a flattened view of each group)
+takes its statistics channel by channel on the NCHW image instead."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from tvm_chiplet.passes.rewrite_calls import main_values, value_users
 from tvm_chiplet.passes.split_operators import known_shape
 
 _RESHAPE = tvm.ir.Op.get("relax.reshape")
+_GROUP_NORM = tvm.ir.Op.get("relax.nn.group_norm")
 _STATISTICS = ("relax.mean", "relax.variance")
 
 
@@ -26,7 +27,9 @@ class GroupNormByChannels:
     over its last axis, elementwise ops with values of one per group), and a reshape back to
     ``x``'s shape, as the same ops on ``x`` itself: each group's mean is the mean of its
     channels' means over the rows and columns (:func:`group_mean`), and a value of one per
-    group is repeated for each of its channels. The result is the same, to rounding.
+    group is repeated for each of its channels. A ``group_norm`` op over an NCHW image's rows
+    and columns (ONNX's GroupNormalization, or torch's ``GroupNorm`` imported by TVM's own
+    frontends) becomes those ops too. The result is the same, to rounding.
 
     Flattened, every group spans all the rows of the image, so a split of its rows or a 2-D
     split (row bands by channel slices) cannot follow the reshape and gathers the whole image on
@@ -47,7 +50,8 @@ class GroupNormByChannels:
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         if "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
             return mod
-        if not any(_grouping(value) for value in main_values(mod).values()):
+        if not any(_grouping(value) or _norm_grouping(value)
+                   for value in main_values(mod).values()):
             return mod
         prepared = prepare_for_splits(mod)  # the per-group scales, folded to constants
         values = main_values(prepared)
@@ -58,6 +62,8 @@ class GroupNormByChannels:
             region = grouping and _region(var, grouping, values, users)
             if region:
                 regions.update(dict.fromkeys(region, grouping))
+            elif _norm_grouping(value):
+                regions[var] = _norm_grouping(value)
         if not regions:
             return mod
         out = prepared.clone()
@@ -95,6 +101,22 @@ def _grouping(value: relax.Expr) -> _Grouping | None:
     if out[0] != n or groups < 1 or c % groups or out[2] != c // groups * h * w or h * w == 1:
         return None
     return _Grouping(tuple(data), groups)
+
+
+def _norm_grouping(value: relax.Expr) -> _Grouping | None:
+    """The grouping of a ``group_norm`` of an NCHW image of more than one pixel over its rows
+    and columns (TVM's import of ONNX's GroupNormalization, or of torch's ``GroupNorm``), else
+    None. Only with its scale and shift: TVM's kernel applies them even when told not to, so a
+    rewrite that did not would change the result."""
+    if not (isinstance(value, relax.Call) and value.op.same_as(_GROUP_NORM)):
+        return None
+    if not (value.attrs.center and value.attrs.scale):
+        return None
+    shape, attrs = known_shape(value.args[0]), value.attrs
+    if shape is None or len(shape) != 4 or shape[2] * shape[3] == 1 or int(
+            attrs.channel_axis) % 4 != 1 or sorted(int(a) % 4 for a in attrs.axes) != [2, 3]:
+        return None
+    return _Grouping(tuple(shape), int(attrs.num_groups))
 
 
 def _per_group(operand: relax.Expr, grouping: _Grouping) -> bool:
@@ -178,26 +200,55 @@ class _ByChannels(PyExprMutator):
             super().visit_var_binding_(binding)
             return
         value = binding.value
+        if value.op.same_as(_GROUP_NORM):
+            self.set_var_remap(binding.var, self._group_norm(value, grouping, binding.var.name))
+            return
         operands = [self._operand(a, grouping) for a in value.args]
-        bb = self.builder_
         if value.op.same_as(_RESHAPE):  # to groups, or back: the image itself
             self.set_var_remap(binding.var, operands[0])
-            return
-        if value.op.name in _STATISTICS:
-            image = operands[0]
-            if image not in self.means:
-                self.means[image] = bb.emit(group_mean(
-                    bb.emit(relax.op.mean(image, axis=[2, 3], keepdims=True)), grouping, bb))
-            mean = self.means[image]
-            if value.op.name == "relax.variance":
-                deviation = bb.emit(relax.op.subtract(image, mean))
-                squares = bb.emit(relax.op.mean(relax.op.square(deviation), axis=[2, 3],
-                                                keepdims=True))
-                mean = bb.emit(group_mean(squares, grouping, bb))
-            self.set_var_remap(binding.var, mean)
-            return
-        self.set_var_remap(binding.var, bb.emit(relax.Call(value.op, operands, value.attrs),
-                                                binding.var.name))
+        elif value.op.name == "relax.mean":
+            self.set_var_remap(binding.var, self._mean(operands[0], grouping))
+        elif value.op.name == "relax.variance":
+            self.set_var_remap(binding.var, self._variance(operands[0], grouping))
+        else:
+            self.set_var_remap(binding.var, self.builder_.emit(
+                relax.Call(value.op, operands, value.attrs), binding.var.name))
+
+    def _mean(self, image: relax.Expr, grouping: _Grouping) -> relax.Expr:
+        """The mean of each group of ``image``, per channel (``[N, C, 1, 1]``), once per image."""
+        if image not in self.means:
+            bb = self.builder_
+            self.means[image] = bb.emit(group_mean(
+                bb.emit(relax.op.mean(image, axis=[2, 3], keepdims=True)), grouping, bb))
+        return self.means[image]
+
+    def _variance(self, image: relax.Expr, grouping: _Grouping) -> relax.Expr:
+        """The variance of each group of ``image``, per channel: the mean of its squared
+        deviations from the group's mean."""
+        bb = self.builder_
+        deviation = bb.emit(relax.op.subtract(image, self._mean(image, grouping)))
+        squares = bb.emit(relax.op.mean(relax.op.square(deviation), axis=[2, 3], keepdims=True))
+        return bb.emit(group_mean(squares, grouping, bb))
+
+    def _group_norm(self, call: relax.Call, grouping: _Grouping, name: str) -> relax.Expr:
+        """``group_norm`` ``call`` as the ops on its image: centred by the group's mean, scaled
+        by its standard deviation, then by ``gamma`` and shifted by ``beta`` per channel."""
+        bb, attrs = self.builder_, call.attrs
+        image = self.visit_expr(call.args[0])
+        epsilon = relax.const(float(attrs.epsilon), str(call.args[0].ty.dtype))
+        deviation = bb.emit(relax.op.subtract(image, self._mean(image, grouping)))
+        out = relax.op.divide(deviation, relax.op.sqrt(relax.op.add(
+            self._variance(image, grouping), epsilon)))
+        out = relax.op.multiply(bb.emit(out), self._per_channel(call.args[1]))
+        return bb.emit(relax.op.add(bb.emit(out), self._per_channel(call.args[2])), name)
+
+    def _per_channel(self, arg: relax.Expr) -> relax.Expr:
+        """A ``[C]`` scale or shift as ``[C, 1, 1]``, broadcast along an image's rows and
+        columns (a constant reshaped here, not by an op)."""
+        if isinstance(arg, tvm.ir.expr.Constant):
+            array = arg.value.numpy()
+            return relax.const(array.reshape(array.size, 1, 1), str(arg.ty.dtype))
+        return relax.op.reshape(self.visit_expr(arg), [known_shape(arg)[0], 1, 1])
 
     def _operand(self, arg: relax.Expr, grouping: _Grouping) -> relax.Expr:
         """``arg`` on the image: a Var as rewritten; a constant of one value per group as one

@@ -68,6 +68,34 @@ def test_a_group_norm_of_row_bands_is_not_gathered(dim, group):
     assert sent == ([] if dim == "rows" else [1])  # the second conv's tiles read band 0's
 
 
+def group_norm_op_chain(bb, x, center=True, scale=True):
+    """norm_chain with a ``group_norm`` op (4 groups), as TVM imports ONNX's
+    GroupNormalization."""
+    a = bb.emit(relax.op.nn.conv2d(x, const(16, 8, 3, 3), padding=[1, 1, 1, 1]))
+    normed = bb.emit(relax.op.nn.group_norm(a, const(16), const(16), 4, 1, [2, 3],
+                                            center=center, scale=scale))
+    return relax.op.nn.conv2d(relax.op.nn.relu(normed), const(8, 16, 3, 3), padding=[1, 1, 1, 1])
+
+
+def test_a_group_norm_op_takes_its_statistics_on_the_image():
+    mod = module(group_norm_op_chain)
+    rewritten = GroupNormByChannels()(mod)
+    ops = [b.value.op.name for block in rewritten["main"].body.blocks for b in block.bindings]
+    assert "relax.nn.group_norm" not in ops
+    x = RNG.normal(size=(1, 8, 12, 12)).astype("float32")
+    np.testing.assert_allclose(run(rewritten, [x]), run(mod, [x]), rtol=1e-4, atol=1e-4)
+    splits = [DistributedSplit(0, "rows", (0, 1, 2)), DistributedSplit(1, "rows", (0, 1, 2))]
+    reduced, clusters = split_and_check(rewritten, splits, (1, 8, 12, 12))
+    band = 16 * 4 * 12 * 4
+    assert not [s for n, s, d in crossings(reduced, clusters) if n == band and d == 0]
+
+
+def test_a_group_norm_op_told_not_to_scale_or_shift_is_left_as_it_is():
+    """TVM's kernel scales and shifts regardless: rewritten faithfully, it would not."""
+    mod = module(lambda bb, x: group_norm_op_chain(bb, x, center=False))
+    assert GroupNormByChannels()(mod).same_as(mod)
+
+
 def test_a_flattened_value_used_elsewhere_is_left_as_it_is():
     """A flattened group's value that the model also returns (or that any op other than the
     instance norm's reads) keeps the whole region as written."""
