@@ -30,6 +30,7 @@ class _Rebatch(PyExprMutator):
         self.batch = batch
         self.replica_batch = replica_batch
         self.per_sample = per_sample  # constants of the batch's size, every sample alike
+        self.position = None  # where the batch lies in the value being re-emitted
 
     def visit_var_(self, var: relax.Var) -> relax.Expr:
         return self.mapping.get(var, var)
@@ -48,13 +49,13 @@ class _Rebatch(PyExprMutator):
                 f"data-parallel cannot re-batch {call.args[0].name_hint}: a call_tir has fixed "
                 "shapes; give the model before legalization, or use the pipeline strategy"
             )
-        if (any(call.op.same_as(op) for op in SHAPED)
+        if (any(call.op.same_as(op) for op in SHAPED) and self.position is not None
                 and isinstance(call.args[1], relax.ShapeExpr)):
+            axis, inner = self.position
             dims = list(call.args[1].values)
-            if dims and isinstance(dims[0], tvm.tirx.IntImm) and int(dims[0]) == self.batch:
-                dims = [self.replica_batch, *dims[1:]]
-                data = self.visit_expr(call.args[0])
-                return relax.Call(call.op, [data, relax.ShapeExpr(dims)], call.attrs)
+            dims[axis] = self.replica_batch * inner
+            data = self.visit_expr(call.args[0])
+            return relax.Call(call.op, [data, relax.ShapeExpr(dims)], call.attrs)
         return super().visit_call_(call)
 
 
@@ -75,12 +76,13 @@ class ReplicateDataParallel:
 
     Every input is split along axis 0 (``R.split``) into slices of nearly equal batch (a batch
     not divisible by the replica count gives the first replicas one more sample); the whole
-    graph is re-emitted once per slice, with batch-sized reshape and broadcast targets resized,
-    constants of the batch's size with every sample alike (a class token expanded to the
-    batch) cut to the slice's, and types re-inferred; the replicas' results are concatenated
-    along axis 0. Weights are constants and so are replicated with the graph. Run it on the
-    high-level module, before ReduceGraph; the ``data-parallel`` planner then puts each
-    replica on its own cluster.
+    graph is re-emitted once per slice, with the batch's axis of reshape and broadcast targets
+    resized (wherever the ops moved it, :func:`~.analysis.batch_axis.batch_axis`), constants of
+    the batch's size with every sample alike (a class token expanded to the batch) cut to the
+    slice's, and types re-inferred; the replicas' results are concatenated along the axis that
+    carries the batch in each output. Weights are constants and so are replicated with the
+    graph. Run it on the high-level module, before ReduceGraph; the ``data-parallel`` planner
+    then puts each replica on its own cluster.
 
     Parameters
     ----------
@@ -121,7 +123,7 @@ class ReplicateDataParallel:
                 raise PlanningError("data-parallel needs 'main' made of dataflow blocks")
         if replicas == 1:
             return mod
-        broken, per_sample = batch_axis(main)
+        broken, per_sample, positions = batch_axis(main)
         if broken:
             raise PlanningError(
                 f"data-parallel cuts the inputs along axis 0 and runs a copy of the model on "
@@ -146,6 +148,7 @@ class ReplicateDataParallel:
                     rebatch = _Rebatch(mapping, batch, size, per_sample)
                     for block in main.body.blocks:
                         for binding in block.bindings:
+                            rebatch.position = positions.get(binding.var)
                             value = rebatch.visit_expr(binding.value)
                             emit = (builder.emit if isinstance(binding.var, relax.DataflowVar)
                                     else builder.emit_output)
@@ -162,7 +165,8 @@ class ReplicateDataParallel:
                         for f in fields
                     ])
             output = builder.emit(_concat_results(
-                results, isinstance(main.body.body.ty, tvm.ir.TupleType)))
+                results, _output_axes(main.body.body, positions),
+                isinstance(main.body.body.ty, tvm.ir.TupleType)))
             builder.emit_func_output(output)
         replicated = builder.get()
         gvar = replicated.get_global_var("__replicated_main")
@@ -184,6 +188,18 @@ def _cut_points(sizes: list[int]) -> list[int]:
     return cuts
 
 
-def _concat_results(results: list[list[relax.Expr]], as_tuple: bool) -> relax.Expr:
-    gathered = [relax.op.concat([r[i] for r in results], axis=0) for i in range(len(results[0]))]
+def _output_axes(outputs: relax.Expr, positions: dict) -> list[int]:
+    """The axis of each output of ``main`` that carries the batch (a Tuple's fields, each
+    field of a tuple-typed Var, or the one output)."""
+    if isinstance(outputs, relax.Tuple):
+        return [positions[f][0] for f in outputs.fields]
+    if isinstance(outputs.ty, tvm.ir.TupleType):  # fields of one tuple value: on axis 0 alike
+        return [0] * len(outputs.ty.fields)
+    return [positions[outputs][0]]
+
+
+def _concat_results(results: list[list[relax.Expr]], axes: list[int], as_tuple: bool
+                    ) -> relax.Expr:
+    gathered = [relax.op.concat([r[i] for r in results], axis=axes[i])
+                for i in range(len(results[0]))]
     return relax.Tuple(gathered) if as_tuple else gathered[0]

@@ -1,14 +1,18 @@
 """Whether axis 0 of ``main``'s inputs is a batch: every sample computed on its own.
 
 Data parallelism cuts the inputs along axis 0 and runs a copy of the graph on each slice; that
-equals the whole graph only if no op mixes samples (a reduction, softmax or concat over axis 0,
-a reshape that folds axis 0 into others, a matmul whose axis 0 is the reduction...).
-:func:`batch_axis_break` follows axis 0 from the inputs through ``main`` and names the first op
-that does not keep it, conservatively: an op it does not know breaks it.
+equals the whole graph only if no op mixes samples (a reduction, softmax or concat over the
+batch, a reshape that interleaves the samples with other entries, a matmul that reduces over
+the batch...). :func:`batch_axis_break` follows the batch from the inputs through ``main``
+wherever the ops move it (a permute to another axis, as ``nn.MultiheadAttention`` runs sequence
+first; a reshape folding it with the axis after it, as a Swin block folds its windows into the
+batch: :data:`Position`) and names the first op that does not keep it, conservatively: an op it
+does not know breaks it.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import tvm
 from tvm import relax
 
@@ -68,22 +72,46 @@ PER_SAMPLE_OPS = frozenset(
 _BROADCAST_TO = tvm.ir.Op.get("relax.broadcast_to")
 
 
+_LAYOUT_OPS = frozenset(
+    f"relax.{name}" for name in (
+        "nn.conv1d", "nn.conv2d", "nn.conv3d", "nn.conv1d_transpose", "nn.conv2d_transpose",
+        "nn.max_pool1d", "nn.max_pool2d", "nn.max_pool3d", "nn.avg_pool1d", "nn.avg_pool2d",
+        "nn.avg_pool3d", "nn.adaptive_avg_pool1d", "nn.adaptive_avg_pool2d",
+        "nn.adaptive_avg_pool3d", "image.resize2d", "nn.group_norm", "nn.instance_norm",
+        "nn.batch_norm", "nn.prelu",
+    )
+)
+"""Per-sample ops whose layout puts the batch on axis 0 (N of NCHW...)."""
+
+_REDUCTIONS = frozenset(f"relax.{name}" for name in (
+    "mean", "sum", "max", "min", "prod", "variance", "std", "argmax", "argmin"))
+
+Position = tuple[int, int]
+"""Where the batch lies in a value: ``(axis, inner)``, the batch the leading factor of
+``axis`` (of size ``batch * inner``: each sample's ``inner`` entries together, as when a
+reshape folds the batch with the axis after it)."""
+
+
 def batch_axis_break(main: relax.Function) -> str | None:
-    """``None`` when axis 0 of every input of ``main`` is a batch that every op keeps and every
-    output carries; else what breaks it, naming the op (e.g. ``"relax.mean reduces axis 0 of
-    lv3"``). A constant of the batch's size whose samples are all alike (a class token
-    expanded to the batch, then folded) counts as per sample (:func:`same_per_sample`)."""
+    """``None`` when axis 0 of every input of ``main`` is a batch that every op keeps (on
+    whichever axis the ops move it to) and every output carries; else what breaks it, naming
+    the op (e.g. ``"relax.mean (lv3) works along axis 0, the batch"``). A constant of the
+    batch's size whose samples are all alike (a class token expanded to the batch, then
+    folded) counts as per sample (:func:`same_per_sample`)."""
     return batch_axis(main)[0]
 
 
-def batch_axis(main: relax.Function) -> tuple[str | None, list[tvm.ir.expr.Constant]]:
-    """:func:`batch_axis_break`'s answer, and the constants it read as per sample (each copy
-    of a data-parallel graph reads its own slice's samples of them)."""
+def batch_axis(main: relax.Function
+               ) -> tuple[str | None, list[tvm.ir.expr.Constant], dict[relax.Var, Position]]:
+    """:func:`batch_axis_break`'s answer, the constants it read as per sample (each copy of a
+    data-parallel graph reads its own slice's samples of them), and the batch's
+    :data:`Position` in each Var of ``main`` that carries it."""
     per_sample: list[tvm.ir.expr.Constant] = []
-    return _batch_axis_break(main, per_sample), per_sample
+    batched: dict[relax.Var, Position] = {}
+    return _batch_axis_break(main, per_sample, batched), per_sample, batched
 
 
-def _batch_axis_break(main: relax.Function, per_sample: list) -> str | None:
+def _batch_axis_break(main: relax.Function, per_sample: list, batched: dict) -> str | None:
     params = list(main.params)
     if not params:
         return "main has no inputs"
@@ -91,8 +119,8 @@ def _batch_axis_break(main: relax.Function, per_sample: list) -> str | None:
     if len(sizes) != 1 or None in sizes:
         return f"the inputs' axis 0 sizes differ or are unknown: {[_dim0(p) for p in params]}"
     batch = sizes.pop()
-    batched: set[relax.Var] = set(params)
-    tuples: dict[relax.Var, list[bool]] = {}
+    batched.update(dict.fromkeys(params, (0, 1)))
+    tuples: dict[relax.Var, list[Position | None]] = {}
     for block in main.body.blocks:
         for binding in block.bindings:
             why = _visit(binding, batch, batched, tuples, per_sample)
@@ -101,11 +129,12 @@ def _batch_axis_break(main: relax.Function, per_sample: list) -> str | None:
     outputs = main.body.body
     fields = outputs.fields if isinstance(outputs, relax.Tuple) else [outputs]
     for field in fields:
-        if isinstance(field, relax.Var) and field in tuples and all(tuples[field]):
+        if isinstance(field, relax.Var) and field in tuples and all(
+                p is not None and p[1] == 1 for p in tuples[field]):
             continue
-        if not (isinstance(field, relax.Var) and field in batched):
-            return (f"output {getattr(field, 'name', field)} is not per sample (its axis 0 is "
-                    "not the inputs' batch)")
+        if not (isinstance(field, relax.Var) and batched.get(field, (0, 0))[1] == 1):
+            return (f"output {getattr(field, 'name', field)} is not per sample (no axis of it "
+                    "is the inputs' batch)")
     return None
 
 
@@ -140,20 +169,22 @@ def _axes(attrs) -> list[int] | None:
     return found
 
 
-def _visit(binding: relax.VarBinding, batch: int, batched: set, tuples: dict,
+def _visit(binding: relax.VarBinding, batch: int, batched: dict, tuples: dict,
            per_sample: list) -> str | None:
     var, value = binding.var, binding.value
     if isinstance(value, relax.TupleGetItem):
         source = value.tuple_value
-        if isinstance(source, relax.Var) and source in tuples and tuples[source][value.index]:
-            batched.add(var)
+        if isinstance(source, relax.Var) and source in tuples and \
+                tuples[source][value.index] is not None:
+            batched[var] = tuples[source][value.index]
         return None
     if isinstance(value, relax.Tuple):
-        tuples[var] = [isinstance(f, relax.Var) and f in batched for f in value.fields]
+        tuples[var] = [batched.get(f) if isinstance(f, relax.Var) else None
+                       for f in value.fields]
         return None
     if isinstance(value, relax.Var):
         if value in batched:
-            batched.add(var)
+            batched[var] = batched[value]
         return None
     if not isinstance(value, relax.Call):
         return None
@@ -161,113 +192,215 @@ def _visit(binding: relax.VarBinding, batch: int, batched: set, tuples: dict,
                else a in batched for a in value.args]
     if not any(carried):
         if _broadcast_per_sample(binding, batch):
-            batched.add(var)
+            batched[var] = (0, 1)
         return None  # computed from weights only: the same in every copy
     if not isinstance(value.op, tvm.ir.Op):
         return f"{var.name} calls {value.op}, which data-parallel cannot look into"
-    name, attrs = value.op.name, value.attrs
+    name = value.op.name
     where = f"{name} ({var.name})"
     if isinstance(value.args[0], tvm.ir.GlobalVar):  # call_tir: name the kernel it calls
         where = f"{name} of {value.args[0].name_hint} ({var.name})"
-    out = _shape(var)
+    found = _position(value, var, batch, batched, tuples, per_sample, where)
+    if isinstance(found, str):
+        return found
     if isinstance(var.ty, tvm.ir.TupleType):
-        if name not in PER_SAMPLE_OPS or any(carried[1:]):
+        tuples[var] = found
+        return None
+    out = _shape(var)
+    axis, inner = found
+    if out is None or not 0 <= axis < len(out) or out[axis] != batch * inner:
+        size = out[axis] if out is not None and 0 <= axis < len(out) else None
+        return (f"{where} gives axis {axis} of size {size}, not the batch {batch}"
+                + (f" times {inner}" if inner > 1 else ""))
+    batched[var] = found
+    return None
+
+
+def _position(call: relax.Call, var: relax.Var, batch: int, batched: dict, tuples: dict,
+              per_sample: list, where: str) -> Position | list | str:
+    """Where ``call`` (bound to ``var``) puts the batch its operands carry (a list of them for
+    a tuple), or why it does not keep it."""
+    name, attrs, args = call.op.name, call.attrs, call.args
+    out = _shape(var)
+    data = args[0]
+    if isinstance(var.ty, tvm.ir.TupleType):
+        if name not in PER_SAMPLE_OPS or any(a in batched for a in args[1:]
+                                             if isinstance(a, relax.Var)):
             return f"{where} mixes the samples of its operands"
+        axis, inner = batched[data]
         axes = _axes(attrs)
-        if axes is None or any(_is_axis0(a, value.args[0]) for a in axes):
-            return f"{where} works along axis 0, the batch"
+        if axes is None or axis in [a % len(_shape(data)) for a in axes]:
+            return f"{where} works along axis {axis}, the batch"
+        if name in _LAYOUT_OPS and axis != 0:
+            return f"{where} needs the batch on axis 0, not {axis}"
         # batch_norm's other fields are its running statistics, per channel
-        tuples[var] = [i == 0 or name != "relax.nn.batch_norm"
-                       for i in range(len(var.ty.fields))]
-        return None
-    if out is None or not out or out[0] != batch:
-        return f"{where} gives axis 0 of size {out[0] if out else None}, not the batch {batch}"
+        return [(axis, inner) if i == 0 or name != "relax.nn.batch_norm" else None
+                for i in range(len(var.ty.fields))]
+    if not isinstance(var.ty, relax.TensorType):
+        return f"{where} reads the shape of a batched value, which each copy's slice changes"
+    if out is None or any(isinstance(a, relax.Var) and _shape(a) is None for a in args):
+        return f"{where} reads or gives a tensor of unknown rank"
     rank = len(out)
-    if elementwise(value):
-        for arg, is_batched in zip(value.args, carried, strict=True):
-            shape = _shape(arg) if isinstance(arg, (relax.Var, tvm.ir.expr.Constant)) else None
-            if shape is None or is_batched:
-                if is_batched and len(shape or []) != rank:
-                    return f"{where} broadcasts a batched operand along the batch"
-                continue
-            if len(shape) == rank and shape[0] != 1:
-                if not same_per_sample(arg, batch):
-                    return f"{where} reads an operand of batch size that is not per sample"
-                per_sample.append(arg)
-        batched.add(var)
-        return None
+    if elementwise(call):
+        return _elementwise(call, batch, batched, per_sample, where, rank)
     if name == "relax.matmul":
-        a, b = (_shape(x) for x in value.args)
-        if carried[1] and not (carried[0] and len(a) == len(b) == rank >= 3):
-            return f"{where} reduces over the batch axis of its right operand"
-        if carried[0] and len(a) < 2:
-            return f"{where} reduces over the batch axis of its 1-D left operand"
-        if carried[0] and len(a) < rank:
-            return f"{where} broadcasts its batched left operand"
-        batched.add(var)
-        return None
-    if name == "relax.reshape":
-        data = _shape(value.args[0])
-        if not carried[0] or not data or data[0] != batch:
-            return f"{where} does not keep the batch axis"
-        batched.add(var)
-        return None
-    if name == "relax.permute_dims":
-        axes = attrs.axes
-        if axes is None or int(axes[0]) % rank != 0:
-            return f"{where} moves the batch axis"
-        batched.add(var)
-        return None
-    if name == "relax.concat":
-        fields = value.args[0].fields if isinstance(value.args[0], relax.Tuple) else []
-        if not fields or not all((isinstance(f, relax.Var) and f in batched)
-                                 or same_per_sample(f, batch) for f in fields):
-            return f"{where} joins batched and unbatched values"
-        per_sample += [f for f in fields if same_per_sample(f, batch)]
-        if int(attrs.axis) % rank == 0:
-            return f"{where} concatenates along the batch axis"
-        batched.add(var)
-        return None
-    if name == "relax.take":
-        data, indices = value.args
-        data_batched, indices_batched = carried
-        axis = int(attrs.axis) if attrs.axis is not None else None
-        if data_batched and not indices_batched and axis is not None and axis % len(
-                _shape(data)) != 0:
-            batched.add(var)
-            return None
-        if indices_batched and not data_batched and axis is not None and axis % len(
-                _shape(data)) == 0 and len(_shape(indices)) >= 1:
-            batched.add(var)
-            return None
-        return f"{where} gathers along the batch axis"
-    if name == "relax.strided_slice":
-        axes = value.args[1]
-        axes = axes.values if isinstance(axes, relax.ShapeExpr) else getattr(axes, "fields", None)
-        if axes is None or any(_is_axis0(int(getattr(a, "value", a)), value.args[0])
-                               for a in axes):
-            return f"{where} slices the batch axis"
-        batched.add(var)
-        return None
-    if name == "relax.broadcast_to":
-        data = _shape(value.args[0])
-        if not data or len(data) != rank or data[0] != batch:
-            return f"{where} broadcasts a batched operand along the batch"
-        batched.add(var)
-        return None
-    if name in PER_SAMPLE_OPS:
-        if any(carried[1:]):
+        return _matmul(call, batched, where, rank)
+    if name in ("relax.reshape", "relax.permute_dims", "relax.broadcast_to",
+                "relax.strided_slice"):
+        if any(isinstance(a, relax.Var) and a in batched for a in args[1:]):
             return f"{where} mixes the samples of its operands"
-        axes = _axes(attrs)
-        # expand_dims names the new axes' positions in its output, the others in their input.
-        axis_of = var if name == "relax.expand_dims" else value.args[0]
-        if axes is None or any(_is_axis0(a, axis_of) for a in axes):
-            return f"{where} works along axis 0, the batch"
-        if name == "relax.nn.pad" and any(int(p) for p in attrs.pad_width[:2]):
-            return f"{where} pads the batch axis"
-        batched.add(var)
-        return None
+        axis, inner = batched[data]
+        shape = _shape(data)
+        if name in ("relax.reshape", "relax.broadcast_to") and not isinstance(
+                args[1], relax.ShapeExpr):
+            return f"{where} takes its shape from a value computed as the model runs"
+        if name == "relax.reshape":
+            outer = int(np.prod(shape[:axis]))
+            for k in range(len(out)):
+                if int(np.prod(out[:k])) == outer and out[k] % batch == 0:
+                    return k, out[k] // batch
+            return f"{where} folds the batch into other axes"
+        if name == "relax.permute_dims":
+            axes = list(range(rank))[::-1] if attrs.axes is None else [
+                int(a) % rank for a in attrs.axes]
+            return axes.index(axis), inner
+        if name == "relax.broadcast_to":
+            moved = axis + rank - len(shape)
+            if out[moved] != shape[axis]:
+                return f"{where} broadcasts a batched operand along the batch"
+            return moved, inner
+        axes = args[1]
+        axes = axes.values if isinstance(axes, relax.ShapeExpr) else getattr(axes, "fields", None)
+        if axes is None or any(int(getattr(a, "value", a)) % len(shape) == axis for a in axes):
+            return f"{where} slices the batch axis"
+        return axis, inner
+    if name == "relax.concat":
+        fields = data.fields if isinstance(data, relax.Tuple) else []
+        positions = {batched[f] for f in fields if isinstance(f, relax.Var) and f in batched}
+        alike = [f for f in fields if not (isinstance(f, relax.Var) and f in batched)]
+        if len(positions) != 1 or (alike and (positions != {(0, 1)} or not all(
+                same_per_sample(f, batch) for f in alike))):
+            return f"{where} joins batched and unbatched values"
+        per_sample += alike
+        axis, inner = positions.pop()
+        if int(attrs.axis) % rank == axis:
+            return f"{where} concatenates along the batch axis"
+        return axis, inner
+    if name == "relax.take":
+        indices = args[1]
+        taken = None if attrs.axis is None else int(attrs.axis) % len(_shape(data))
+        if taken is None:
+            return f"{where} gathers along the batch axis"
+        if data in batched and indices not in batched:
+            axis, inner = batched[data]
+            if taken == axis:
+                return f"{where} gathers along the batch axis"
+            return (axis, inner) if axis < taken else (axis - 1 + len(_shape(indices)), inner)
+        if indices in batched and data not in batched:
+            axis, inner = batched[indices]
+            return taken + axis, inner
+        return f"{where} gathers along the batch axis"
+    if name in PER_SAMPLE_OPS:
+        return _per_sample_op(call, var, batched, where)
     return f"{where} is not known to keep the batch axis"
+
+
+def _elementwise(call: relax.Call, batch: int, batched: dict, per_sample: list, where: str,
+                 rank: int) -> Position | str:
+    """The batch's position in an elementwise op's output: where its batched operands put it,
+    aligned as numpy broadcasts; its other operands must be broadcast along it (or be a
+    constant of per-sample rows alike, with the batch on axis 0)."""
+    positions = set()
+    for arg in call.args:
+        if isinstance(arg, relax.Var) and arg in batched:
+            axis, inner = batched[arg]
+            positions.add((axis + rank - len(_shape(arg)), inner))
+    if len(positions) != 1:
+        return f"{where} combines operands batched along different axes"
+    axis, inner = positions.pop()
+    for arg in call.args:
+        if (isinstance(arg, relax.Var) and arg in batched) or not isinstance(
+                arg, (relax.Var, tvm.ir.expr.Constant)):
+            continue
+        shape = _shape(arg)
+        if shape is None:
+            continue
+        aligned = axis - (rank - len(shape))
+        if aligned < 0 or shape[aligned] == 1:
+            continue
+        if (axis, inner) == (0, 1) and len(shape) == rank and same_per_sample(arg, batch):
+            per_sample.append(arg)
+            continue
+        return f"{where} reads an operand of batch size that is not per sample"
+    return axis, inner
+
+
+def _matmul(call: relax.Call, batched: dict, where: str, rank: int) -> Position | str:
+    """The batch's position in a matmul's output, or why it mixes samples: a batched operand's
+    reduction axis is the batch, or an unbatched operand is read along it."""
+    left, right = call.args
+    a, b = _shape(left), _shape(right)
+    if left in batched:
+        axis, inner = batched[left]
+        if len(a) < 2 or axis == len(a) - 1:
+            return f"{where} reduces over the batch axis of its left operand"
+        if axis == len(a) - 2:  # its rows
+            if right in batched:
+                return f"{where} multiplies two operands batched along different axes"
+            return (rank - 1 if len(b) == 1 else rank - 2), inner
+        moved = axis + rank - len(a)  # a batch axis of the product
+        aligned = moved - (rank - len(b))
+        if right in batched:
+            if batched[right] != (aligned, inner):
+                return f"{where} multiplies two operands batched along different axes"
+        elif aligned >= 0 and b[aligned] != 1:
+            return f"{where} reads an unbatched right operand along the batch axis"
+        return moved, inner
+    axis, inner = batched[right]
+    if len(b) < 2 or axis == len(b) - 2:
+        return f"{where} reduces over the batch axis of its right operand"
+    if axis == len(b) - 1:  # its columns
+        return rank - 1, inner
+    moved = axis + rank - len(b)
+    aligned = moved - (rank - len(a))
+    if aligned >= 0 and len(a) >= 2 and a[aligned] != 1:
+        return f"{where} reads an unbatched left operand along the batch axis"
+    return moved, inner
+
+
+def _per_sample_op(call: relax.Call, var: relax.Var, batched: dict, where: str
+                   ) -> Position | str:
+    """The batch's position in the output of an op of :data:`PER_SAMPLE_OPS` (its first
+    operand batched, the others weights), or why it does not keep it."""
+    name, attrs, data = call.op.name, call.attrs, call.args[0]
+    if any(isinstance(a, relax.Var) and a in batched for a in call.args[1:]):
+        return f"{where} mixes the samples of its operands"
+    axis, inner = batched[data]
+    shape, out = _shape(data), _shape(var)
+    axes = _axes(attrs)
+    if name == "relax.squeeze" and axes is None:
+        axes = [i for i, d in enumerate(shape) if d == 1]
+    if axes is None:
+        return f"{where} works along axis {axis}, the batch"
+    # expand_dims names the new axes' positions in its output, the others in their input.
+    if name == "relax.expand_dims":
+        moved = axis
+        for new in sorted(a % len(out) for a in axes):
+            if new <= moved:
+                moved += 1
+        return moved, inner
+    axes = [a % len(shape) for a in axes]
+    if axis in axes:
+        return f"{where} works along axis {axis}, the batch"
+    if name in _LAYOUT_OPS and axis != 0:
+        return f"{where} needs the batch on axis 0, not {axis}"
+    if name == "relax.nn.pad" and any(int(p) for p in attrs.pad_width[2 * axis:2 * axis + 2]):
+        return f"{where} pads the batch axis"
+    if len(out) == len(shape):
+        return axis, inner
+    if name == "relax.squeeze" or (name in _REDUCTIONS and not attrs.keepdims):
+        return axis - sum(a < axis for a in axes), inner
+    return f"{where} changes the rank around the batch axis"
 
 
 def _broadcast_per_sample(binding: relax.VarBinding, batch: int) -> bool:
@@ -288,8 +421,3 @@ def same_per_sample(expr: relax.Expr, batch: int) -> bool:
         return False
     array = expr.value.numpy()
     return bool((array == array[:1]).all())
-
-
-def _is_axis0(axis: int, data: relax.Expr) -> bool:
-    shape = _shape(data) or []
-    return axis % max(len(shape), 1) == 0

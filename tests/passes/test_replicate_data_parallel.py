@@ -155,15 +155,95 @@ def run(mod: tvm.IRModule, x: np.ndarray) -> np.ndarray:
     return vm["main"](tvm.runtime.tensor(x)).numpy()
 
 
-def test_per_sample_unsqueezes_and_broadcasts_are_kept_a_new_leading_axis_is_refused():
+def test_per_sample_unsqueezes_and_broadcasts_are_kept_a_new_leading_axis_moves_the_batch():
     # A squeeze-and-excite block: axis 2 of the pooled (4, 3) is a position in the (4, 3, 1)
     # output, not axis 0 of the input (it was read as 2 % 2 == 0 and refused).
     replicated = ReplicateDataParallel(replicas=2)(SqueezeExcite)
     x = np.random.default_rng(0).normal(size=(4, 3, 2, 2)).astype("float32")
 
     np.testing.assert_allclose(run(replicated, x), run(SqueezeExcite, x), rtol=1e-6)
-    with pytest.raises(PlanningError, match=r"relax.expand_dims \(y\) gives axis 0 of size 1"):
-        ReplicateDataParallel(replicas=2)(NewLeadingAxis)
+    # A new leading axis puts the batch on axis 1 of the output: the replicas' outputs are
+    # joined along it.
+    replicated = ReplicateDataParallel(replicas=2)(NewLeadingAxis)
+    x = np.random.default_rng(0).normal(size=(4, 3)).astype("float32")
+    np.testing.assert_allclose(run(replicated, x), run(NewLeadingAxis, x), rtol=1e-6)
+
+
+def sequence_first_attention() -> tvm.IRModule:
+    """A batch-first model (4 samples of 6 tokens of 8) whose attention runs sequence first, as
+    ``nn.MultiheadAttention`` does inside: tokens permuted to the front, heads folded into the
+    batch (``[T, B * heads, d]``), permuted to ``[B * heads, T, d]`` for the scores, and back."""
+    rng = np.random.default_rng(1)
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((4, 6, 8), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            t = bb.emit(relax.op.permute_dims(x, [1, 0, 2]))
+            y = bb.emit(relax.op.matmul(t, relax.const(rng.normal(size=(8, 8)).astype(
+                "float32"))))
+            heads = bb.emit(relax.op.permute_dims(relax.op.reshape(y, (6, 8, 4)), [1, 0, 2]))
+            keys = bb.emit(relax.op.permute_dims(heads, [0, 2, 1]))
+            scores = bb.emit(relax.op.nn.softmax(relax.op.matmul(heads, keys), axis=-1))
+            context = bb.emit(relax.op.permute_dims(relax.op.matmul(scores, heads), [1, 0, 2]))
+            joined = bb.emit(relax.op.reshape(context, (6, 4, 8)))
+            out = bb.emit_output(relax.op.permute_dims(joined, [1, 0, 2]))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def windows() -> tvm.IRModule:
+    """A Swin block's window partition: [2, 4, 4, 3] images cut into 2x2 windows folded into
+    the batch ([8, 4, 3]: each sample's 4 windows together), attention-like softmax inside
+    each window, and the windows put back."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((2, 4, 4, 3), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            cut = bb.emit(relax.op.reshape(x, (2, 2, 2, 2, 2, 3)))
+            folded = bb.emit(relax.op.reshape(relax.op.permute_dims(cut, [0, 1, 3, 2, 4, 5]),
+                                              (8, 4, 3)))
+            mixed = bb.emit(relax.op.matmul(relax.op.nn.softmax(relax.op.matmul(
+                folded, relax.op.permute_dims(folded, [0, 2, 1])), axis=-1), folded))
+            back = bb.emit(relax.op.permute_dims(relax.op.reshape(mixed, (2, 2, 2, 2, 2, 3)),
+                                                 [0, 1, 3, 2, 4, 5]))
+            out = bb.emit_output(relax.op.reshape(back, (2, 4, 4, 3)))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+@pytest.mark.parametrize("model, shape, replicas", [
+    (sequence_first_attention, (4, 6, 8), 2), (sequence_first_attention, (4, 6, 8), 3),
+    (windows, (2, 4, 4, 3), 2),
+])
+def test_a_batch_moved_to_another_axis_or_folded_with_windows_is_followed(model, shape,
+                                                                         replicas):
+    """The batch is followed wherever the ops put it: permuted off axis 0, folded with the
+    heads or windows after it (the leading factor of an axis), and back; each replica's
+    reshapes take its own share of samples."""
+    mod = model()
+    x = np.random.default_rng(0).normal(size=shape).astype("float32")
+    np.testing.assert_allclose(run(ReplicateDataParallel(replicas=replicas)(mod), x),
+                               run(mod, x), rtol=1e-5, atol=1e-6)
+
+
+@I.ir_module
+class InterleavedBatch:
+    @R.function
+    def main(x: R.Tensor((4, 3, 2), "float32")) -> R.Tensor((4, 3, 2), "float32"):
+        with R.dataflow():
+            t = R.permute_dims(x, [1, 0, 2])
+            f = R.reshape(t, R.shape([12, 2]))
+            s = R.nn.softmax(f, axis=0)
+            y = R.permute_dims(R.reshape(s, R.shape([3, 4, 2])), [1, 0, 2])
+            R.output(y)
+        return y
+
+
+def test_a_reshape_that_interleaves_the_samples_is_refused_naming_it():
+    """[3, 4, 2] (the batch on axis 1) flattened to [12, 2]: the samples interleave along the
+    rows, and no replica holds a block of them."""
+    with pytest.raises(PlanningError, match=r"relax.reshape \(f\) folds the batch into other"):
+        ReplicateDataParallel(replicas=2)(InterleavedBatch)
 
 
 def class_token(token: np.ndarray) -> tvm.IRModule:
@@ -224,3 +304,22 @@ def test_a_class_token_broadcast_to_the_batch_is_broadcast_per_replica():
         bb.emit_func_output(y)
     with pytest.raises(PlanningError, match=r"relax.concat \(.*\) joins batched and unbatched"):
         ReplicateDataParallel(replicas=2)(bb.get())
+
+
+@I.ir_module
+class ShapeOfBatch:
+    @R.function
+    def main(x: R.Tensor((4, 3), "float32")) -> R.Tensor((4, 3), "float32"):
+        with R.dataflow():
+            s = R.shape_of(x)
+            t = R.shape_to_tensor(s)
+            y = R.add(x, R.astype(R.take(t, R.const(0, "int64"), axis=0), "float32"))
+            R.output(y)
+        return y
+
+
+def test_reading_the_shape_of_a_batched_value_is_refused_naming_the_op():
+    """The batch size read as a value (here added to every element) is not each copy's: the
+    pass names the op rather than compute with the whole batch's size in every copy."""
+    with pytest.raises(PlanningError, match=r"relax.shape_of \(s\) reads the shape of a batched"):
+        ReplicateDataParallel(replicas=2)(ShapeOfBatch)
