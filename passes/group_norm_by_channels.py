@@ -12,7 +12,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from tvm_chiplet.passes.analysis.batch_axis import elementwise
 from tvm_chiplet.passes.distribute_tensors import prepare_for_splits
-from tvm_chiplet.passes.rewrite_calls import main_values, value_users
+from tvm_chiplet.passes.rewrite_calls import main_values, rewrite_main, value_users
 from tvm_chiplet.passes.split_operators import known_shape
 
 _RESHAPE = tvm.ir.Op.get("relax.reshape")
@@ -66,9 +66,7 @@ class GroupNormByChannels:
                 regions[var] = _norm_grouping(value)
         if not regions:
             return mod
-        out = prepared.clone()
-        out["main"] = _ByChannels(prepared, regions).visit_expr(prepared["main"])
-        return relax.transform.DeadCodeElimination(["main"])(out)
+        return rewrite_main(prepared, _ByChannels(prepared, regions))
 
 
 @dataclass(frozen=True)

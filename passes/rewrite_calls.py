@@ -37,6 +37,14 @@ def value_users(values: dict[relax.Var, relax.Expr]) -> dict[relax.Var, list[rel
     return users
 
 
+def rewrite_main(mod: tvm.IRModule, mutator) -> tvm.IRModule:
+    """``mod`` with ``main`` rewritten by ``mutator`` (a ``PyExprMutator`` over ``mod``) and the
+    bindings it left unused removed."""
+    out = mod.clone()
+    out["main"] = mutator.visit_expr(mod["main"])
+    return relax.transform.DeadCodeElimination(["main"])(out)
+
+
 def calls_any(func: relax.Function, accept: Callable[[relax.Call], bool]) -> bool:
     """Whether ``func`` has a call that ``accept`` accepts. A pass that rewrites few calls
     asks first: this walk visits no call's operands (in normal form they hold no calls). On a

@@ -11,7 +11,7 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from tvm_chiplet.passes.distribute_tensors import prepare_for_splits
-from tvm_chiplet.passes.rewrite_calls import is_view, main_values, value_users
+from tvm_chiplet.passes.rewrite_calls import is_view, main_values, rewrite_main, value_users
 from tvm_chiplet.passes.split_operators import known_shape
 
 _MATMUL = tvm.ir.Op.get("relax.matmul")
@@ -67,9 +67,7 @@ class UnpackProjections:
                  if _taken_apart(part.root, parts, users, values)}
         if not parts:
             return mod
-        out = prepared.clone()
-        out["main"] = _Unpacker(prepared, parts).visit_expr(prepared["main"])
-        return relax.transform.DeadCodeElimination(["main"])(out)
+        return rewrite_main(prepared, _Unpacker(prepared, parts))
 
 
 @dataclass(frozen=True)

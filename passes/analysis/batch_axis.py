@@ -52,26 +52,6 @@ def elementwise(call: relax.Call) -> bool:
     return True
 
 
-PER_SAMPLE_OPS = frozenset(
-    f"relax.{name}" for name in (
-        "nn.conv1d", "nn.conv2d", "nn.conv3d", "nn.conv1d_transpose", "nn.conv2d_transpose",
-        "nn.max_pool1d", "nn.max_pool2d", "nn.max_pool3d", "nn.avg_pool1d", "nn.avg_pool2d",
-        "nn.avg_pool3d", "nn.adaptive_avg_pool1d", "nn.adaptive_avg_pool2d",
-        "nn.adaptive_avg_pool3d", "image.resize2d", "nn.layer_norm", "nn.group_norm",
-        "nn.instance_norm", "nn.rms_norm", "nn.batch_norm", "nn.softmax", "nn.log_softmax",
-        "nn.dropout", "squeeze", "expand_dims", "mean", "sum", "max", "min", "prod",
-        "variance", "std", "argmax", "argmin", "cumsum", "cumprod", "split",
-        "flip", "nn.prelu", "topk", "sort", "argsort", "nn.pad",
-    )
-)
-"""Ops whose first operand carries the batch and whose other operands are weights: sample
-``n`` of the output reads sample ``n`` of the input, unless an axis attribute names axis 0
-(checked) or a reduction has no axes (all of them)."""
-
-
-_BROADCAST_TO = tvm.ir.Op.get("relax.broadcast_to")
-
-
 _LAYOUT_OPS = frozenset(
     f"relax.{name}" for name in (
         "nn.conv1d", "nn.conv2d", "nn.conv3d", "nn.conv1d_transpose", "nn.conv2d_transpose",
@@ -82,6 +62,21 @@ _LAYOUT_OPS = frozenset(
     )
 )
 """Per-sample ops whose layout puts the batch on axis 0 (N of NCHW...)."""
+
+PER_SAMPLE_OPS = _LAYOUT_OPS | frozenset(
+    f"relax.{name}" for name in (
+        "nn.layer_norm", "nn.rms_norm", "nn.softmax", "nn.log_softmax", "nn.dropout", "squeeze",
+        "expand_dims", "mean", "sum", "max", "min", "prod", "variance", "std", "argmax",
+        "argmin", "cumsum", "cumprod", "split", "flip", "topk", "sort", "argsort", "nn.pad",
+    )
+)
+"""Ops whose first operand carries the batch and whose other operands are weights: sample
+``n`` of the output reads sample ``n`` of the input, unless an axis attribute names the batch's
+axis (checked) or a reduction has no axes (all of them)."""
+
+
+_BROADCAST_TO = tvm.ir.Op.get("relax.broadcast_to")
+
 
 _REDUCTIONS = frozenset(f"relax.{name}" for name in (
     "mean", "sum", "max", "min", "prod", "variance", "std", "argmax", "argmin"))
