@@ -8,15 +8,12 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from tvm_chiplet.passes.analysis.batch_axis import batch_axis
 from tvm_chiplet.passes.attrs import CALL_TIR
+from tvm_chiplet.passes.distribute_tensors import prepare_for_splits
 from tvm_chiplet.passes.planners.placement import PlanningError
+from tvm_chiplet.passes.split_operators import replica_batches
 
 SHAPED = (tvm.ir.Op.get("relax.reshape"), tvm.ir.Op.get("relax.broadcast_to"))
 """Ops whose second operand is their output's shape, resized with the batch."""
-
-
-def replica_batches(batch: int, replicas: int) -> list[int]:
-    """Batch of each replica: as equal as possible, larger ones first (7 over 3 -> 3, 2, 2)."""
-    return [batch // replicas + (1 if r < batch % replicas else 0) for r in range(replicas)]
 
 
 @mutator
@@ -51,20 +48,20 @@ class _Rebatch(PyExprMutator):
             )
         if (any(call.op.same_as(op) for op in SHAPED) and self.position is not None
                 and isinstance(call.args[1], relax.ShapeExpr)):
-            axis, inner = self.position
+            axis, (outer, inner) = self.position
             dims = list(call.args[1].values)
-            dims[axis] = self.replica_batch * inner
+            dims[axis] = outer * self.replica_batch * inner
             data = self.visit_expr(call.args[0])
             return relax.Call(call.op, [data, relax.ShapeExpr(dims)], call.attrs)
         return super().visit_call_(call)
 
 
-def _leading_dim(var: relax.Var) -> int:
+def _batch_dim(var: relax.Var, axis: int) -> int:
     ty = var.ty
     shape = getattr(ty, "shape", None)
-    if not isinstance(ty, relax.TensorType) or not getattr(shape, "values", None):
+    if not isinstance(ty, relax.TensorType) or len(getattr(shape, "values", None) or []) <= axis:
         raise PlanningError(f"input {var.name!r} is not a tensor with a batch dimension ({ty})")
-    dim = ty.shape.values[0]
+    dim = ty.shape.values[axis]
     if not isinstance(dim, tvm.tirx.IntImm):
         raise PlanningError(f"input {var.name!r} has a symbolic batch dimension; give its shape")
     return int(dim)
@@ -74,7 +71,8 @@ def _leading_dim(var: relax.Var) -> int:
 class ReplicateDataParallel:
     """Rebuild ``main`` as ``replicas`` copies of the graph, each on a slice of the batch.
 
-    Every input is split along axis 0 (``R.split``) into slices of nearly equal batch (a batch
+    Every input is split along axis 0 (``R.split``; along axis 1 in a sequence-first model,
+    whose axis 0 is not a batch but whose axis 1 is) into slices of nearly equal batch (a batch
     not divisible by the replica count gives the first replicas one more sample); the whole
     graph is re-emitted once per slice, with the batch's axis of reshape and broadcast targets
     resized (wherever the ops moved it, :func:`~.analysis.batch_axis.batch_axis`), constants of
@@ -106,7 +104,17 @@ class ReplicateDataParallel:
 
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         main = mod["main"]
-        batches = {p.name: _leading_dim(p) for p in main.params}
+        broken, per_sample, positions = batch_axis(main)
+        if broken:
+            # Shapes the model computes from its values as it runs (torch's export of
+            # nn.MultiheadAttention reads them) are constants once folded.
+            folded = prepare_for_splits(mod)
+            found = batch_axis(folded["main"])
+            if found[0] is None:
+                mod, main = folded, folded["main"]
+                broken, per_sample, positions = found
+        axis = positions[main.params[0]][0] if not broken else 0  # 1: sequence first
+        batches = {p.name: _batch_dim(p, axis) for p in main.params}
         if len(set(batches.values())) != 1:
             raise PlanningError(f"data-parallel needs one batch size for all inputs, got {batches}")
         batch = next(iter(batches.values()))
@@ -123,7 +131,6 @@ class ReplicateDataParallel:
                 raise PlanningError("data-parallel needs 'main' made of dataflow blocks")
         if replicas == 1:
             return mod
-        broken, per_sample, positions = batch_axis(main)
         if broken:
             raise PlanningError(
                 f"data-parallel cuts the inputs along axis 0 and runs a copy of the model on "
@@ -139,7 +146,7 @@ class ReplicateDataParallel:
         with builder.function("__replicated_main", params, private=True):
             slices = []
             for param in params:
-                split = builder.emit(relax.op.split(param, _cut_points(sizes), axis=0))
+                split = builder.emit(relax.op.split(param, _cut_points(sizes), axis=axis))
                 slices.append([builder.emit(relax.TupleGetItem(split, r)) for r in range(replicas)])
             with builder.dataflow():
                 results = []

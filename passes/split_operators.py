@@ -21,7 +21,6 @@ from tvm_chiplet.passes.planners.placement import (
     tile_channels,
     tiles_by,
 )
-from tvm_chiplet.passes.replicate_data_parallel import replica_batches
 
 _CONV2D = tvm.ir.Op.get("relax.nn.conv2d")
 _CONV2D_TRANSPOSE = tvm.ir.Op.get("relax.nn.conv2d_transpose")
@@ -92,6 +91,11 @@ def known_shape(expr: relax.Expr) -> tuple[int, ...] | None:
     """:func:`static_shape` when every dimension is known, else None."""
     shape = static_shape(expr)
     return None if shape is None or None in shape else tuple(shape)
+
+
+def replica_batches(batch: int, replicas: int) -> list[int]:
+    """Batch of each replica: as equal as possible, larger ones first (7 over 3 -> 3, 2, 2)."""
+    return [batch // replicas + (1 if r < batch % replicas else 0) for r in range(replicas)]
 
 
 def _conv2d_dims(call: relax.Call) -> dict[str, int]:

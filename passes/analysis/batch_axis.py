@@ -81,18 +81,24 @@ _BROADCAST_TO = tvm.ir.Op.get("relax.broadcast_to")
 _REDUCTIONS = frozenset(f"relax.{name}" for name in (
     "mean", "sum", "max", "min", "prod", "variance", "std", "argmax", "argmin"))
 
-Position = tuple[int, int]
-"""Where the batch lies in a value: ``(axis, inner)``, the batch the leading factor of
-``axis`` (of size ``batch * inner``: each sample's ``inner`` entries together, as when a
-reshape folds the batch with the axis after it)."""
+Position = tuple[int, tuple[int, int]]
+"""Where the batch lies in a value: ``(axis, (outer, inner))``, the batch a factor of ``axis``
+(of size ``outer * batch * inner``, entry ``(o * batch + b) * inner + i`` of it sample ``b``'s):
+each sample's ``inner`` entries together, as when a reshape folds the batch with the axis after
+it (a Swin block's windows), and ``outer`` such blocks of all the samples, as when it folds an
+axis before it with the batch (``nn.MultiheadAttention`` flattens its tokens and the batch to
+the rows of its output projection)."""
+
+ALONE = (1, 1)
+"""The span of a batch that is a whole axis."""
 
 
 def batch_axis_break(main: relax.Function) -> str | None:
-    """``None`` when axis 0 of every input of ``main`` is a batch that every op keeps (on
-    whichever axis the ops move it to) and every output carries; else what breaks it, naming
-    the op (e.g. ``"relax.mean (lv3) works along axis 0, the batch"``). A constant of the
-    batch's size whose samples are all alike (a class token expanded to the batch, then
-    folded) counts as per sample (:func:`same_per_sample`)."""
+    """``None`` when axis 0 of every input of ``main`` (or else axis 1: a sequence-first model)
+    is a batch that every op keeps (on whichever axis the ops move it to) and every output
+    carries; else what breaks axis 0, naming the op (e.g. ``"relax.mean (lv3) works along
+    axis 0, the batch"``). A constant of the batch's size whose samples are all alike (a class
+    token expanded to the batch, then folded) counts as per sample (:func:`same_per_sample`)."""
     return batch_axis(main)[0]
 
 
@@ -101,20 +107,31 @@ def batch_axis(main: relax.Function
     """:func:`batch_axis_break`'s answer, the constants it read as per sample (each copy of a
     data-parallel graph reads its own slice's samples of them), and the batch's
     :data:`Position` in each Var of ``main`` that carries it."""
-    per_sample: list[tvm.ir.expr.Constant] = []
-    batched: dict[relax.Var, Position] = {}
-    return _batch_axis_break(main, per_sample, batched), per_sample, batched
+    first = None
+    for axis in (0, 1):  # batch first, else sequence first (nn.Transformer's default)
+        per_sample: list[tvm.ir.expr.Constant] = []
+        batched: dict[relax.Var, Position] = {}
+        broken = _batch_axis_break(main, per_sample, batched, axis)
+        if broken is None:
+            return None, per_sample, batched
+        first = first or (broken, per_sample, batched)
+    return first
 
 
-def _batch_axis_break(main: relax.Function, per_sample: list, batched: dict) -> str | None:
+def _batch_axis_break(main: relax.Function, per_sample: list, batched: dict, axis: int
+                      ) -> str | None:
+    """Why axis ``axis`` of ``main``'s inputs is not a batch, or None when it is (``batched``
+    then holds its position in every value that carries it)."""
     params = list(main.params)
     if not params:
         return "main has no inputs"
-    sizes = {_dim0(p) for p in params}
-    if len(sizes) != 1 or None in sizes:
-        return f"the inputs' axis 0 sizes differ or are unknown: {[_dim0(p) for p in params]}"
-    batch = sizes.pop()
-    batched.update(dict.fromkeys(params, (0, 1)))
+    sizes = [(_shape(p) or [])[axis:axis + 1] for p in params]
+    if any(len(s) != 1 or s[0] is None for s in sizes) or len({s[0] for s in sizes}) != 1:
+        return f"the inputs' axis {axis} sizes differ or are unknown: {sizes}"
+    batch = sizes[0][0]
+    if axis and batch < 2:
+        return f"axis {axis} of the inputs has size {batch}"
+    batched.update(dict.fromkeys(params, (axis, ALONE)))
     tuples: dict[relax.Var, list[Position | None]] = {}
     for block in main.body.blocks:
         for binding in block.bindings:
@@ -125,9 +142,9 @@ def _batch_axis_break(main: relax.Function, per_sample: list, batched: dict) -> 
     fields = outputs.fields if isinstance(outputs, relax.Tuple) else [outputs]
     for field in fields:
         if isinstance(field, relax.Var) and field in tuples and all(
-                p is not None and p[1] == 1 for p in tuples[field]):
+                p is not None and p[1] == ALONE for p in tuples[field]):
             continue
-        if not (isinstance(field, relax.Var) and batched.get(field, (0, 0))[1] == 1):
+        if not (isinstance(field, relax.Var) and batched.get(field, (0, None))[1] == ALONE):
             return (f"output {getattr(field, 'name', field)} is not per sample (no axis of it "
                     "is the inputs' batch)")
     return None
@@ -187,7 +204,7 @@ def _visit(binding: relax.VarBinding, batch: int, batched: dict, tuples: dict,
                else a in batched for a in value.args]
     if not any(carried):
         if _broadcast_per_sample(binding, batch):
-            batched[var] = (0, 1)
+            batched[var] = (0, ALONE)
         return None  # computed from weights only: the same in every copy
     if not isinstance(value.op, tvm.ir.Op):
         return f"{var.name} calls {value.op}, which data-parallel cannot look into"
@@ -202,11 +219,11 @@ def _visit(binding: relax.VarBinding, batch: int, batched: dict, tuples: dict,
         tuples[var] = found
         return None
     out = _shape(var)
-    axis, inner = found
-    if out is None or not 0 <= axis < len(out) or out[axis] != batch * inner:
+    axis, (outer, inner) = found
+    if out is None or not 0 <= axis < len(out) or out[axis] != outer * batch * inner:
         size = out[axis] if out is not None and 0 <= axis < len(out) else None
         return (f"{where} gives axis {axis} of size {size}, not the batch {batch}"
-                + (f" times {inner}" if inner > 1 else ""))
+                + (f" times {outer * inner}" if outer * inner > 1 else ""))
     batched[var] = found
     return None
 
@@ -222,14 +239,14 @@ def _position(call: relax.Call, var: relax.Var, batch: int, batched: dict, tuple
         if name not in PER_SAMPLE_OPS or any(a in batched for a in args[1:]
                                              if isinstance(a, relax.Var)):
             return f"{where} mixes the samples of its operands"
-        axis, inner = batched[data]
+        axis, span = batched[data]
         axes = _axes(attrs)
         if axes is None or axis in [a % len(_shape(data)) for a in axes]:
             return f"{where} works along axis {axis}, the batch"
         if name in _LAYOUT_OPS and axis != 0:
             return f"{where} needs the batch on axis 0, not {axis}"
         # batch_norm's other fields are its running statistics, per channel
-        return [(axis, inner) if i == 0 or name != "relax.nn.batch_norm" else None
+        return [(axis, span) if i == 0 or name != "relax.nn.batch_norm" else None
                 for i in range(len(var.ty.fields))]
     if not isinstance(var.ty, relax.TensorType):
         return f"{where} reads the shape of a batched value, which each copy's slice changes"
@@ -244,56 +261,60 @@ def _position(call: relax.Call, var: relax.Var, batch: int, batched: dict, tuple
                 "relax.strided_slice"):
         if any(isinstance(a, relax.Var) and a in batched for a in args[1:]):
             return f"{where} mixes the samples of its operands"
-        axis, inner = batched[data]
+        axis, span = batched[data]
         shape = _shape(data)
         if name in ("relax.reshape", "relax.broadcast_to") and not isinstance(
                 args[1], relax.ShapeExpr):
             return f"{where} takes its shape from a value computed as the model runs"
         if name == "relax.reshape":
-            outer = int(np.prod(shape[:axis]))
+            # The entries before the batch's and after it, in row-major order: the output axis
+            # holding the batch is the one that starts inside the entries before it and holds
+            # the batch whole.
+            before = int(np.prod(shape[:axis])) * span[0]
             for k in range(len(out)):
-                if int(np.prod(out[:k])) == outer and out[k] % batch == 0:
-                    return k, out[k] // batch
-            return f"{where} folds the batch into other axes"
+                start = int(np.prod(out[:k]))
+                if before % start == 0 and out[k] % (before // start * batch) == 0:
+                    return k, (before // start, out[k] // (before // start * batch))
+            return f"{where} interleaves the samples with other entries"
         if name == "relax.permute_dims":
             axes = list(range(rank))[::-1] if attrs.axes is None else [
                 int(a) % rank for a in attrs.axes]
-            return axes.index(axis), inner
+            return axes.index(axis), span
         if name == "relax.broadcast_to":
             moved = axis + rank - len(shape)
             if out[moved] != shape[axis]:
                 return f"{where} broadcasts a batched operand along the batch"
-            return moved, inner
+            return moved, span
         axes = args[1]
         axes = axes.values if isinstance(axes, relax.ShapeExpr) else getattr(axes, "fields", None)
         if axes is None or any(int(getattr(a, "value", a)) % len(shape) == axis for a in axes):
             return f"{where} slices the batch axis"
-        return axis, inner
+        return axis, span
     if name == "relax.concat":
         fields = data.fields if isinstance(data, relax.Tuple) else []
         positions = {batched[f] for f in fields if isinstance(f, relax.Var) and f in batched}
         alike = [f for f in fields if not (isinstance(f, relax.Var) and f in batched)]
-        if len(positions) != 1 or (alike and (positions != {(0, 1)} or not all(
+        if len(positions) != 1 or (alike and (positions != {(0, ALONE)} or not all(
                 same_per_sample(f, batch) for f in alike))):
             return f"{where} joins batched and unbatched values"
         per_sample += alike
-        axis, inner = positions.pop()
+        axis, span = positions.pop()
         if int(attrs.axis) % rank == axis:
             return f"{where} concatenates along the batch axis"
-        return axis, inner
+        return axis, span
     if name == "relax.take":
         indices = args[1]
         taken = None if attrs.axis is None else int(attrs.axis) % len(_shape(data))
         if taken is None:
             return f"{where} gathers along the batch axis"
         if data in batched and indices not in batched:
-            axis, inner = batched[data]
+            axis, span = batched[data]
             if taken == axis:
                 return f"{where} gathers along the batch axis"
-            return (axis, inner) if axis < taken else (axis - 1 + len(_shape(indices)), inner)
+            return (axis, span) if axis < taken else (axis - 1 + len(_shape(indices)), span)
         if indices in batched and data not in batched:
-            axis, inner = batched[indices]
-            return taken + axis, inner
+            axis, span = batched[indices]
+            return taken + axis, span
         return f"{where} gathers along the batch axis"
     if name in PER_SAMPLE_OPS:
         return _per_sample_op(call, var, batched, where)
@@ -308,11 +329,11 @@ def _elementwise(call: relax.Call, batch: int, batched: dict, per_sample: list, 
     positions = set()
     for arg in call.args:
         if isinstance(arg, relax.Var) and arg in batched:
-            axis, inner = batched[arg]
-            positions.add((axis + rank - len(_shape(arg)), inner))
+            axis, span = batched[arg]
+            positions.add((axis + rank - len(_shape(arg)), span))
     if len(positions) != 1:
         return f"{where} combines operands batched along different axes"
-    axis, inner = positions.pop()
+    axis, span = positions.pop()
     for arg in call.args:
         if (isinstance(arg, relax.Var) and arg in batched) or not isinstance(
                 arg, (relax.Var, tvm.ir.expr.Constant)):
@@ -323,11 +344,11 @@ def _elementwise(call: relax.Call, batch: int, batched: dict, per_sample: list, 
         aligned = axis - (rank - len(shape))
         if aligned < 0 or shape[aligned] == 1:
             continue
-        if (axis, inner) == (0, 1) and len(shape) == rank and same_per_sample(arg, batch):
+        if (axis, span) == (0, ALONE) and len(shape) == rank and same_per_sample(arg, batch):
             per_sample.append(arg)
             continue
         return f"{where} reads an operand of batch size that is not per sample"
-    return axis, inner
+    return axis, span
 
 
 def _matmul(call: relax.Call, batched: dict, where: str, rank: int) -> Position | str:
@@ -336,31 +357,31 @@ def _matmul(call: relax.Call, batched: dict, where: str, rank: int) -> Position 
     left, right = call.args
     a, b = _shape(left), _shape(right)
     if left in batched:
-        axis, inner = batched[left]
+        axis, span = batched[left]
         if len(a) < 2 or axis == len(a) - 1:
             return f"{where} reduces over the batch axis of its left operand"
         if axis == len(a) - 2:  # its rows
             if right in batched:
                 return f"{where} multiplies two operands batched along different axes"
-            return (rank - 1 if len(b) == 1 else rank - 2), inner
+            return (rank - 1 if len(b) == 1 else rank - 2), span
         moved = axis + rank - len(a)  # a batch axis of the product
         aligned = moved - (rank - len(b))
         if right in batched:
-            if batched[right] != (aligned, inner):
+            if batched[right] != (aligned, span):
                 return f"{where} multiplies two operands batched along different axes"
         elif aligned >= 0 and b[aligned] != 1:
             return f"{where} reads an unbatched right operand along the batch axis"
-        return moved, inner
-    axis, inner = batched[right]
+        return moved, span
+    axis, span = batched[right]
     if len(b) < 2 or axis == len(b) - 2:
         return f"{where} reduces over the batch axis of its right operand"
     if axis == len(b) - 1:  # its columns
-        return rank - 1, inner
+        return rank - 1, span
     moved = axis + rank - len(b)
     aligned = moved - (rank - len(a))
     if aligned >= 0 and len(a) >= 2 and a[aligned] != 1:
         return f"{where} reads an unbatched left operand along the batch axis"
-    return moved, inner
+    return moved, span
 
 
 def _per_sample_op(call: relax.Call, var: relax.Var, batched: dict, where: str
@@ -370,7 +391,7 @@ def _per_sample_op(call: relax.Call, var: relax.Var, batched: dict, where: str
     name, attrs, data = call.op.name, call.attrs, call.args[0]
     if any(isinstance(a, relax.Var) and a in batched for a in call.args[1:]):
         return f"{where} mixes the samples of its operands"
-    axis, inner = batched[data]
+    axis, span = batched[data]
     shape, out = _shape(data), _shape(var)
     axes = _axes(attrs)
     if name == "relax.squeeze" and axes is None:
@@ -383,7 +404,7 @@ def _per_sample_op(call: relax.Call, var: relax.Var, batched: dict, where: str
         for new in sorted(a % len(out) for a in axes):
             if new <= moved:
                 moved += 1
-        return moved, inner
+        return moved, span
     axes = [a % len(shape) for a in axes]
     if axis in axes:
         return f"{where} works along axis {axis}, the batch"
@@ -392,9 +413,9 @@ def _per_sample_op(call: relax.Call, var: relax.Var, batched: dict, where: str
     if name == "relax.nn.pad" and any(int(p) for p in attrs.pad_width[2 * axis:2 * axis + 2]):
         return f"{where} pads the batch axis"
     if len(out) == len(shape):
-        return axis, inner
+        return axis, span
     if name == "relax.squeeze" or (name in _REDUCTIONS and not attrs.keepdims):
-        return axis - sum(a < axis for a in axes), inner
+        return axis - sum(a < axis for a in axes), span
     return f"{where} changes the rank around the batch axis"
 
 

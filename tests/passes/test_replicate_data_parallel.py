@@ -115,13 +115,15 @@ class SoftmaxOverBatch:
     def main(x: R.Tensor((4, 3), "float32")) -> R.Tensor((4, 3), "float32"):
         with R.dataflow():
             y = R.nn.softmax(x, axis=0)
-            R.output(y)
-        return y
+            z = R.nn.softmax(y, axis=1)
+            R.output(z)
+        return z
 
 
 def test_a_model_that_mixes_samples_is_refused_naming_the_op():
     """Copies of a softmax over axis 0 would each normalise their own slice: a wrong answer of
-    the right shape. The pass names the op instead."""
+    the right shape. The pass names the op instead (axis 1, tried next as a sequence-first
+    model's batch, is mixed by the second softmax)."""
     with pytest.raises(PlanningError, match=r"relax.nn.softmax \(y\) works along axis 0.*"
                                             r"pipeline strategy"):
         ReplicateDataParallel(replicas=2)(SoftmaxOverBatch)
@@ -239,10 +241,28 @@ class InterleavedBatch:
         return y
 
 
-def test_a_reshape_that_interleaves_the_samples_is_refused_naming_it():
+def test_samples_interleaved_along_an_axis_are_followed_a_softmax_across_them_refused():
     """[3, 4, 2] (the batch on axis 1) flattened to [12, 2]: the samples interleave along the
-    rows, and no replica holds a block of them."""
-    with pytest.raises(PlanningError, match=r"relax.reshape \(f\) folds the batch into other"):
+    rows (``nn.MultiheadAttention``'s output projection reads [tokens * batch, E]). A row-wise
+    matmul keeps them apart, and each replica reshapes its own [3 * k, 2]; a softmax across the
+    rows mixes them and is refused by name."""
+    rng = np.random.default_rng(0)
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((4, 3, 2), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            rows = bb.emit(relax.op.reshape(relax.op.permute_dims(x, [1, 0, 2]), (12, 2)))
+            y = bb.emit(relax.op.nn.relu(relax.op.matmul(rows, relax.const(
+                rng.normal(size=(2, 2)).astype("float32")))))
+            out = bb.emit_output(relax.op.permute_dims(relax.op.reshape(y, (3, 4, 2)),
+                                                       [1, 0, 2]))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    data = rng.normal(size=(4, 3, 2)).astype("float32")
+    for replicas in (2, 3):
+        np.testing.assert_allclose(run(ReplicateDataParallel(replicas=replicas)(mod), data),
+                                   run(mod, data), rtol=1e-6)
+    with pytest.raises(PlanningError, match=r"relax.nn.softmax \(s\) works along axis 0"):
         ReplicateDataParallel(replicas=2)(InterleavedBatch)
 
 
@@ -323,3 +343,33 @@ def test_reading_the_shape_of_a_batched_value_is_refused_naming_the_op():
     pass names the op rather than compute with the whole batch's size in every copy."""
     with pytest.raises(PlanningError, match=r"relax.shape_of \(s\) reads the shape of a batched"):
         ReplicateDataParallel(replicas=2)(ShapeOfBatch)
+
+
+def sequence_first_encoder() -> tvm.IRModule:
+    """:func:`sequence_first_attention` given its input sequence first, as ``nn.Transformer``
+    takes it by default: [6 tokens, 4 samples, 8]; axis 0 is no batch (attention mixes the
+    tokens), axis 1 is."""
+    rng = np.random.default_rng(1)
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((6, 4, 8), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.matmul(x, relax.const(rng.normal(size=(8, 8)).astype(
+                "float32"))))
+            heads = bb.emit(relax.op.permute_dims(relax.op.reshape(y, (6, 8, 4)), [1, 0, 2]))
+            keys = bb.emit(relax.op.permute_dims(heads, [0, 2, 1]))
+            scores = bb.emit(relax.op.nn.softmax(relax.op.matmul(heads, keys), axis=-1))
+            context = bb.emit(relax.op.permute_dims(relax.op.matmul(scores, heads), [1, 0, 2]))
+            out = bb.emit_output(relax.op.reshape(context, (6, 4, 8)))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_a_sequence_first_model_is_split_along_its_batch_on_axis_1():
+    mod = sequence_first_encoder()
+    replicated = ReplicateDataParallel(replicas=3)(mod)  # 2, 1 and 1 samples
+    x = np.random.default_rng(0).normal(size=(6, 4, 8)).astype("float32")
+    np.testing.assert_allclose(run(replicated, x), run(mod, x), rtol=1e-5, atol=1e-6)
+    splits = [b.value for block in replicated["main"].body.blocks for b in block.bindings
+              if isinstance(b.value, relax.Call) and b.value.op.name == "relax.split"]
+    assert [int(s.attrs.axis) for s in splits] == [1]
