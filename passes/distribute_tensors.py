@@ -1323,10 +1323,10 @@ class _Distributor:
         its band of input rows with the halo the method reads (one row, two for cubic) and keeps
         its own band of output rows, ``r`` times its input's (nearest only by a power of two,
         whose source rows float32 computes exactly, and without ties to round to the even
-        row). Any other linear resize (one aligning the
-        corners, or by no whole factor): each part resizes its band's input rows along the
-        columns only, then weighs them into its output rows by its rows of the resize's
-        interpolation matrix (:func:`~.resize_rows.linear_rows`). Else None (gathered)."""
+        row). Any other linear resize (one aligning the corners, or by no whole factor): each
+        part resizes its band's input rows along the columns only, then weighs them into its
+        output rows by its rows of the resize's interpolation matrix
+        (:func:`~.resize_rows.linear_rows`). Else None (gathered)."""
         attrs = call.attrs
         height, out_height = _shape(data)[_ROWS], _shape(var)[_ROWS]
         size, method = call.args[1], str(attrs.method)

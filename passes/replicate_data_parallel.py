@@ -20,11 +20,9 @@ SHAPED = (tvm.ir.Op.get("relax.reshape"), tvm.ir.Op.get("relax.broadcast_to"))
 class _Rebatch(PyExprMutator):
     """Re-emit one replica: inputs renamed to the replica's slices, batch-sized shapes resized."""
 
-    def __init__(self, mapping: dict, batch: int, replica_batch: int,
-                 per_sample: list) -> None:
+    def __init__(self, mapping: dict, replica_batch: int, per_sample: list) -> None:
         super().__init__()
         self.mapping = mapping
-        self.batch = batch
         self.replica_batch = replica_batch
         self.per_sample = per_sample  # constants of the batch's size, every sample alike
         self.position = None  # where the batch lies in the value being re-emitted
@@ -152,7 +150,7 @@ class ReplicateDataParallel:
                 results = []
                 for r, size in enumerate(sizes):
                     mapping = {p: s[r] for p, s in zip(main.params, slices, strict=True)}
-                    rebatch = _Rebatch(mapping, batch, size, per_sample)
+                    rebatch = _Rebatch(mapping, size, per_sample)
                     for block in main.body.blocks:
                         for binding in block.bindings:
                             rebatch.position = positions.get(binding.var)
