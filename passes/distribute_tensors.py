@@ -639,8 +639,9 @@ class _Distributor:
                 followed = axis + len(out) - rank
             elif call.op.name == "relax.reshape":
                 continue
-            elif rank == 4 and axis == _ROWS and _reduced_rows(call) is not None:
-                continue  # a mean over the rows of bands or tiles: reduced where they lie
+            elif rank == 4 and axis == _ROWS and (_reduced_rows(call) is not None or call.op.name
+                                                  in ("relax.nn.pad", "relax.image.resize2d")):
+                continue  # reduced, padded or resized band by band where the bands lie
             else:
                 followed = self._followed_axis(call, axis, rank)
             if followed is None or not self._kept(user.var, followed, len(out), depth - 1):
@@ -841,8 +842,9 @@ class _Distributor:
                 pooled = self._pool_tiles(var, call, args[0], bands)
                 return None if pooled is None else _Sharded(_ROWS, pooled.rows, pooled.parts,
                                                             pooled.clusters)
-            if name == "relax.image.resize2d":
-                resized = self._resize_tiles(var, call, args[0], bands)
+            if name in ("relax.image.resize2d", "relax.nn.pad"):
+                follow = self._resize_tiles if name != "relax.nn.pad" else self._pad_tiles
+                resized = follow(var, call, args[0], bands)
                 return None if resized is None else _Sharded(_ROWS, resized.rows, resized.parts,
                                                               resized.clusters)
             if _reduced_rows(call) is not None:
@@ -853,6 +855,8 @@ class _Distributor:
                 return self._pool_tiles(var, call, args[0], tiled)
             if name == "relax.image.resize2d":
                 return self._resize_tiles(var, call, args[0], tiled)
+            if name == "relax.nn.pad":
+                return self._pad_tiles(var, call, args[0], tiled)
             if _reduced_rows(call) is not None:
                 return self._reduce_tiles(var, call, args[0], tiled)
         if isinstance(tiled, _Tiled) and name != "relax.matmul":
@@ -1358,6 +1362,47 @@ class _Distributor:
                                                       for b, e in layout.rows),
                                    parts=tuple(parts))
 
+    def _pad_tiles(self, var: relax.Var, call: relax.Call, data: relax.Var, layout: _Tiled
+                   ) -> _Tiled | None:
+        """An ``nn.pad`` (constant or reflecting) of ``data`` tiled as ``layout`` along its rows
+        and columns, tile by tile: every tile pads its columns, the first band's its top rows
+        and the last band's its bottom rows. A band thinner than the rows it reflects reads the
+        rows it mirrors from the bands below (or above) it, then keeps its own. Padding the
+        batch or the channels, or another mode, is not followed (gathered)."""
+        attrs = call.attrs
+        widths = [int(w) for w in attrs.pad_width]
+        mode = str(attrs.pad_mode)
+        if len(widths) != 8 or any(widths[:4]) or mode not in ("constant", "reflect"):
+            return None
+        top, bottom = widths[2 * _ROWS], widths[2 * _ROWS + 1]
+        rows, height = layout.rows, _shape(data)[_ROWS]
+        if mode == "reflect" and max(top, bottom) >= height:
+            return None
+        n, last = len(layout.channels), len(rows) - 1
+        parts = []
+        for p, (part, c) in enumerate(zip(layout.parts, layout.clusters, strict=True)):
+            band = p // n
+            own = list(widths)
+            own[2 * _ROWS] = top if band == 0 else 0
+            own[2 * _ROWS + 1] = bottom if band == last else 0
+            begin, end = rows[band]
+            lo, hi = begin, end
+            if mode == "reflect":  # the rows a band's reflection mirrors, if it lacks them
+                hi = max(end, top + 1) if band == 0 else end
+                lo = min(begin, height - bottom - 1) if band == last else begin
+            if (lo, hi) != (begin, end):
+                part = self._tiled_region(layout, data.name,
+                                          {_ROWS: (lo, hi), _CHANNELS: layout.channels[p % n]},
+                                          c)
+            padded = self.emit(relax.op.nn.pad(part, own, pad_mode=mode,
+                                               pad_value=float(attrs.pad_value)),
+                               f"{var.name}_p{p}", c)
+            keep = (begin - lo, own[2 * _ROWS] + end - lo + own[2 * _ROWS + 1])
+            parts.append(self._slice(padded, _ROWS, *keep, f"{var.name}_band{p}", c))
+        shifted = tuple((0 if i == 0 else b + top, e + top + (bottom if i == last else 0))
+                        for i, (b, e) in enumerate(rows))
+        return dataclasses.replace(layout, rows=shifted, parts=tuple(parts))
+
     def _interpolate_tiles(self, var: relax.Var, call: relax.Call, data: relax.Var,
                            layout: _Tiled) -> _Tiled | None:
         """A linear resize of ``data`` tiled as ``layout`` band by band, as a resize of each
@@ -1527,6 +1572,8 @@ class _Distributor:
             return axis
         if name == "relax.nn.layer_norm":
             return None if axis in {int(a) % rank for a in attrs.axes} else axis
+        if name == "relax.nn.pad":  # parts along an axis it does not pad pad alike
+            return None if any(int(w) for w in attrs.pad_width[2 * axis:2 * axis + 2]) else axis
         if name == "relax.permute_dims":
             order = (list(range(rank))[::-1] if attrs.axes is None
                      else [int(a) % rank for a in attrs.axes])

@@ -192,7 +192,8 @@ def _specialise(mod: tvm.IRModule, model: onnx.ModelProto, input_shapes: dict[st
 def _import(model: onnx.ModelProto, input_shapes: dict[str, list[int]],
             source: str) -> tvm.IRModule:
     try:
-        with warnings.catch_warnings(), _clip_as_relax_ops(), recurrent_converters():
+        with warnings.catch_warnings(), _clip_as_relax_ops(), _pad_as_relax_ops(), \
+                recurrent_converters():
             warnings.simplefilter("ignore")
             mod = from_onnx(model, shape_dict=input_shapes or None)
     except tvm.error.OpNotImplemented as err:
@@ -324,6 +325,35 @@ def _clip_as_relax_ops() -> Iterator[None]:
         yield
     finally:
         clip._impl_v13 = original
+
+
+@contextlib.contextmanager
+def _pad_as_relax_ops() -> Iterator[None]:
+    """Import ONNX Pad of constant or reflect mode as ``R.nn.pad`` instead of TVM's
+    ``call_tir`` of topi kernels.
+
+    As with Clip, a ``call_tir`` has the import's shapes fixed: data-parallel refused it, and a
+    split gathered the whole image before it (a U-Net pads each upsampled map to its skip's
+    size with F.pad; a style-transfer net reflects before each conv). ``R.nn.pad`` legalizes to
+    the same kernels; DistributeTensors pads each row band where it lies. Edge (TVM's Relax op
+    legalizes it to different values) and wrap modes keep the importer's kernels.
+    """
+    pad = onnx_frontend.Pad
+    original = pad.__dict__["_lower_pad"]
+
+    def lower_pad(cls, bb, inputs, attr, params, allowed_modes):
+        mode = attr.get("mode", b"constant").decode("utf-8")
+        if mode not in ("constant", "reflect") or mode not in allowed_modes:
+            return original.__func__(cls, bb, inputs, attr, params, allowed_modes)
+        before, after, value = cls._parse_pads_and_axes(inputs, params)
+        widths = [int(w) for pair in zip(before, after, strict=True) for w in pair]
+        return bb.emit(relax.op.nn.pad(inputs[0], widths, pad_mode=mode, pad_value=value))
+
+    pad._lower_pad = classmethod(lower_pad)
+    try:
+        yield
+    finally:
+        pad._lower_pad = original
 
 
 def load_model(

@@ -356,6 +356,39 @@ def test_a_band_of_one_row_resized_aligning_the_corners_reads_two():
     assert resized_rows(reduced, clusters)[-1] == (5, 1)
 
 
+def padded_chain(mode, pad):
+    """conv 8->16 (3x3) -> relu -> nn.pad of the rows and columns by ``pad`` (``mode``) ->
+    conv 16->8 (3x3, no padding of its own): a style-transfer net's reflecting pads before its
+    convs, or F.pad of a U-Net's upsampled map."""
+    def build(bb, x):
+        a = bb.emit(relax.op.nn.relu(relax.op.nn.conv2d(x, const(16, 8, 3, 3),
+                                                        padding=[1, 1, 1, 1])))
+        padded = bb.emit(relax.op.nn.pad(a, [0, 0, 0, 0, pad, pad, pad, pad], pad_mode=mode,
+                                         pad_value=0.0))
+        return relax.op.nn.relu(relax.op.nn.conv2d(padded, const(8, 16, 3, 3)))
+    return module(build)
+
+
+@pytest.mark.parametrize("mode, pad, group", [
+    ("constant", 1, (0, 1, 2)), ("reflect", 1, (0, 1, 2)),
+    ("reflect", 3, (0, 1, 2, 3, 4, 5)),  # bands of 2 rows reflect 3: read the next bands' rows
+    ("reflect", 1, "tiles"),
+])
+def test_a_pad_of_row_bands_pads_each_band_where_it_lies(mode, pad, group):
+    """The first band pads its top, the last its bottom, every band (or tile) its columns, on
+    its own cluster. A band thinner than the rows it reflects reads them from the next
+    bands."""
+    dim = "tiles/2" if group == "tiles" else "rows"
+    group = tuple(range(6)) if group == "tiles" else group
+    splits = [DistributedSplit(0, dim, group), DistributedSplit(1, dim, group)]
+    reduced, clusters = split_and_check(padded_chain(mode, pad), splits, (1, 8, 12, 12))
+    bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
+    pads = sorted(c for b, c in zip(bindings, clusters, strict=True)
+                  if b.value.args[0].name_hint.startswith(
+                      ("pad", "reflect_pad", "fused_pad", "fused_reflect_pad")))
+    assert pads == sorted(group)  # gathered, it padded on one cluster
+
+
 def prelu_chain():
     """conv_chain with a PReLU (one slope per channel) in place of the first relu."""
     def build(bb, x):

@@ -1,4 +1,4 @@
-"""Model loading: ONNX Clip comes in as Relax ops, so that passes can re-shape it; shape
+"""Model loading: ONNX Clip and Pad come in as Relax ops, so that passes can re-shape them; shape
 subgraphs are folded for static input shapes; any input name can be given a shape."""
 
 import numpy as np
@@ -39,6 +39,34 @@ def test_clip_imports_as_relax_ops_and_matches_onnxruntime(low, high):
 def test_tvms_own_importer_is_left_as_it_was():
     load_model(clip_model(0.0, 6.0))
     assert "call_tir" in from_onnx(clip_model(0.0, 6.0))["main"].script()
+
+
+def pad_model(mode: str, opset: int = 17) -> onnx.ModelProto:
+    """Pad of [2, 3, 8, 8] by 1 and 2 rows, 2 and 1 columns (a reflecting pad's rows mirror
+    within the image)."""
+    pads = helper.make_tensor("pads", TensorProto.INT64, [8], [0, 0, 1, 2, 0, 0, 2, 1])
+    value = helper.make_tensor("value", TensorProto.FLOAT, [], [0.5])
+    graph = helper.make_graph(
+        [helper.make_node("Pad", ["x", "pads", "value"], ["y"], mode=mode)], "pad",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 11, 11])], [pads, value])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+@pytest.mark.parametrize("mode, relax_op", [("constant", True), ("reflect", True),
+                                            ("edge", False)])
+def test_pad_imports_as_a_relax_op_where_tvm_computes_it_right_and_matches_onnxruntime(
+        mode, relax_op):
+    """Constant and reflecting pads come in as ``R.nn.pad`` (which passes can re-shape and
+    split); an edge pad keeps the importer's kernel, as TVM's Relax op computes it wrongly."""
+    model = pad_model(mode)
+    mod = load_model(model)
+    assert ("R.nn.pad" in mod["main"].script()) == relax_op
+    assert ("call_tir" in mod["main"].script()) != relax_op
+    x = np.random.default_rng(0).normal(size=(2, 3, 8, 8)).astype("float32")
+    vm = tvm.relax.VirtualMachine(tvm.compile(mod, "llvm"), tvm.cpu())
+    expected = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x)).numpy(), expected, rtol=1e-6)
 
 
 def shape_computing_model() -> onnx.ModelProto:
