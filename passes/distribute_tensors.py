@@ -1368,12 +1368,14 @@ class _Distributor:
         and columns, tile by tile: every tile pads its columns, the first band's its top rows
         and the last band's its bottom rows. A band thinner than the rows it reflects reads the
         rows it mirrors from the bands below (or above) it, then keeps its own. Padding the
-        batch or the channels, or another mode, is not followed (gathered)."""
+        batch or the channels, cropping (a negative width) or another mode is not followed
+        (gathered)."""
         attrs = call.attrs
         widths = [int(w) for w in attrs.pad_width]
         mode = str(attrs.pad_mode)
-        if len(widths) != 8 or any(widths[:4]) or mode not in ("constant", "reflect"):
-            return None
+        if len(widths) != 8 or any(widths[:4]) or min(widths) < 0 or mode not in (
+                "constant", "reflect"):
+            return None  # a negative width crops: a band may hold fewer rows than it loses
         top, bottom = widths[2 * _ROWS], widths[2 * _ROWS + 1]
         rows, height = layout.rows, _shape(data)[_ROWS]
         if mode == "reflect" and max(top, bottom) >= height:

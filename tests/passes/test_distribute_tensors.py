@@ -389,6 +389,16 @@ def test_a_pad_of_row_bands_pads_each_band_where_it_lies(mode, pad, group):
     assert pads == sorted(group)  # gathered, it padded on one cluster
 
 
+def test_a_negative_pad_of_row_bands_crops_the_gathered_image():
+    """A negative width crops (ONNX allows it): a band may hold fewer rows than it loses, so
+    the image is gathered and cropped whole, with the numerics unchanged."""
+    splits = [DistributedSplit(0, "rows", (0, 1, 2, 3, 4, 5))]
+    reduced, _ = split_and_check(padded_chain("constant", -3), splits, (1, 8, 12, 12))
+    bindings = [b for block in reduced["main"].body.blocks for b in block.bindings]
+    assert len([b for b in bindings if b.value.args[0].name_hint.startswith(
+        ("pad", "fused_pad"))]) == 1
+
+
 def prelu_chain():
     """conv_chain with a PReLU (one slope per channel) in place of the first relu."""
     def build(bb, x):
