@@ -5,6 +5,7 @@ from tvm import relax
 from tvm.script import ir as I
 from tvm.script import relax as R
 
+from tests.passes.test_distribute_tensors import module
 from tvm_chiplet.passes import ReduceGraph, ReplicateDataParallel
 from tvm_chiplet.passes.analysis.extract_op_graph import extract_op_graph
 from tvm_chiplet.passes.planners import DataParallelPlanner, PlanningError, PlanningProblem
@@ -171,23 +172,27 @@ def test_per_sample_unsqueezes_and_broadcasts_are_kept_a_new_leading_axis_moves_
     np.testing.assert_allclose(run(replicated, x), run(NewLeadingAxis, x), rtol=1e-6)
 
 
+def attention_sequence_first(bb: relax.BlockBuilder, tokens: relax.Expr) -> relax.Expr:
+    """Attention of ``tokens`` ([6 tokens, 4 samples, 8]) as ``nn.MultiheadAttention`` runs it
+    sequence first: heads folded into the batch (``[T, B * heads, d]``), permuted to
+    ``[B * heads, T, d]`` for the scores, and back to ``[T, B, 8]``."""
+    weight = np.random.default_rng(1).normal(size=(8, 8)).astype("float32")
+    y = bb.emit(relax.op.matmul(tokens, relax.const(weight)))
+    heads = bb.emit(relax.op.permute_dims(relax.op.reshape(y, (6, 8, 4)), [1, 0, 2]))
+    keys = bb.emit(relax.op.permute_dims(heads, [0, 2, 1]))
+    scores = bb.emit(relax.op.nn.softmax(relax.op.matmul(heads, keys), axis=-1))
+    context = bb.emit(relax.op.permute_dims(relax.op.matmul(scores, heads), [1, 0, 2]))
+    return bb.emit(relax.op.reshape(context, (6, 4, 8)))
+
+
 def sequence_first_attention() -> tvm.IRModule:
-    """A batch-first model (4 samples of 6 tokens of 8) whose attention runs sequence first, as
-    ``nn.MultiheadAttention`` does inside: tokens permuted to the front, heads folded into the
-    batch (``[T, B * heads, d]``), permuted to ``[B * heads, T, d]`` for the scores, and back."""
-    rng = np.random.default_rng(1)
+    """A batch-first model (4 samples of 6 tokens of 8) whose attention runs sequence first
+    inside (:func:`attention_sequence_first`): tokens permuted to the front, and back."""
     bb = relax.BlockBuilder()
     x = relax.Var("x", relax.TensorType((4, 6, 8), "float32"))
     with bb.function("main", [x]):
         with bb.dataflow():
-            t = bb.emit(relax.op.permute_dims(x, [1, 0, 2]))
-            y = bb.emit(relax.op.matmul(t, relax.const(rng.normal(size=(8, 8)).astype(
-                "float32"))))
-            heads = bb.emit(relax.op.permute_dims(relax.op.reshape(y, (6, 8, 4)), [1, 0, 2]))
-            keys = bb.emit(relax.op.permute_dims(heads, [0, 2, 1]))
-            scores = bb.emit(relax.op.nn.softmax(relax.op.matmul(heads, keys), axis=-1))
-            context = bb.emit(relax.op.permute_dims(relax.op.matmul(scores, heads), [1, 0, 2]))
-            joined = bb.emit(relax.op.reshape(context, (6, 4, 8)))
+            joined = attention_sequence_first(bb, bb.emit(relax.op.permute_dims(x, [1, 0, 2])))
             out = bb.emit_output(relax.op.permute_dims(joined, [1, 0, 2]))
         bb.emit_func_output(out)
     return bb.get()
@@ -346,23 +351,10 @@ def test_reading_the_shape_of_a_batched_value_is_refused_naming_the_op():
 
 
 def sequence_first_encoder() -> tvm.IRModule:
-    """:func:`sequence_first_attention` given its input sequence first, as ``nn.Transformer``
+    """:func:`attention_sequence_first` of an input given sequence first, as ``nn.Transformer``
     takes it by default: [6 tokens, 4 samples, 8]; axis 0 is no batch (attention mixes the
     tokens), axis 1 is."""
-    rng = np.random.default_rng(1)
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((6, 4, 8), "float32"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            y = bb.emit(relax.op.matmul(x, relax.const(rng.normal(size=(8, 8)).astype(
-                "float32"))))
-            heads = bb.emit(relax.op.permute_dims(relax.op.reshape(y, (6, 8, 4)), [1, 0, 2]))
-            keys = bb.emit(relax.op.permute_dims(heads, [0, 2, 1]))
-            scores = bb.emit(relax.op.nn.softmax(relax.op.matmul(heads, keys), axis=-1))
-            context = bb.emit(relax.op.permute_dims(relax.op.matmul(scores, heads), [1, 0, 2]))
-            out = bb.emit_output(relax.op.reshape(context, (6, 4, 8)))
-        bb.emit_func_output(out)
-    return bb.get()
+    return module(attention_sequence_first, (6, 4, 8))
 
 
 def test_a_sequence_first_model_is_split_along_its_batch_on_axis_1():
