@@ -10,9 +10,11 @@ from tvm_chiplet.passes.analysis.batch_axis import batch_axis
 from tvm_chiplet.passes.attrs import CALL_TIR
 from tvm_chiplet.passes.distribute_tensors import prepare_for_splits
 from tvm_chiplet.passes.planners.placement import PlanningError
+from tvm_chiplet.passes.rewrite_calls import calls_any
 from tvm_chiplet.passes.split_operators import replica_batches
 
 SHAPED = (tvm.ir.Op.get("relax.reshape"), tvm.ir.Op.get("relax.broadcast_to"))
+_SHAPE_READS = (tvm.ir.Op.get("relax.shape_of"), tvm.ir.Op.get("relax.tensor_to_shape"))
 """Ops whose second operand is their output's shape, resized with the batch."""
 
 
@@ -100,18 +102,11 @@ class ReplicateDataParallel:
         self.replicas = replicas
         self.max_replicas = max_replicas
 
-    def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        main = mod["main"]
-        broken, per_sample, positions = batch_axis(main)
-        if broken:
-            # Shapes the model computes from its values as it runs (torch's export of
-            # nn.MultiheadAttention reads them) are constants once folded.
-            folded = prepare_for_splits(mod)
-            found = batch_axis(folded["main"])
-            if found[0] is None:
-                mod, main = folded, folded["main"]
-                broken, per_sample, positions = found
-        axis = positions[main.params[0]][0] if not broken else 0  # 1: sequence first
+    def _batch_and_replicas(self, main: relax.Function, broken: str | None, positions: dict
+                            ) -> tuple[int, int]:
+        """The batch (on the inputs' axis that carries it, axis 0 when none does) and the
+        replica count, or an error when they cannot be split."""
+        axis = positions[main.params[0]][0] if not broken else 0
         batches = {p.name: _batch_dim(p, axis) for p in main.params}
         if len(set(batches.values())) != 1:
             raise PlanningError(f"data-parallel needs one batch size for all inputs, got {batches}")
@@ -124,11 +119,27 @@ class ReplicateDataParallel:
                 f"clusters, but input {', '.join(map(repr, batches))} has batch {batch}; export "
                 f"the model with batch >= {needed}, or use the pipeline strategy"
             )
+        return batch, replicas
+
+    def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        main = mod["main"]
+        broken, per_sample, positions = batch_axis(main)
+        batch, replicas = self._batch_and_replicas(main, broken, positions)
         for block in main.body.blocks:
             if not isinstance(block, relax.DataflowBlock):
                 raise PlanningError("data-parallel needs 'main' made of dataflow blocks")
         if replicas == 1:
             return mod
+        if broken and calls_any(main, lambda call: any(call.op.same_as(op) for op in _SHAPE_READS)):
+            # Shapes the model computes from its values as it runs (torch's export of
+            # nn.MultiheadAttention reads them) are constants once folded. Folding builds
+            # kernels: only a model with a batch to split that reads shapes is folded.
+            folded = prepare_for_splits(mod)
+            found = batch_axis(folded["main"])
+            if found[0] is None:
+                mod, main = folded, folded["main"]
+                broken, per_sample, positions = found
+                batch, replicas = self._batch_and_replicas(main, broken, positions)
         if broken:
             raise PlanningError(
                 f"data-parallel cuts the inputs along axis 0 and runs a copy of the model on "
@@ -136,6 +147,7 @@ class ReplicateDataParallel:
                 f"samples, but {broken}; use the pipeline strategy (or another that does not "
                 "replicate), or export the model with a leading batch axis"
             )
+        axis = positions[main.params[0]][0]  # 1: sequence first
         sizes = replica_batches(batch, replicas)
         builder = relax.BlockBuilder(mod)
         params = [relax.Var(p.name, p.ty) for p in main.params]
