@@ -838,25 +838,16 @@ class _Distributor:
             # band, as a 2-D split's tiles of one channel slice.
             bands = _Tiled(tiled.bounds, ((0, _shape(args[0])[_CHANNELS]),), tiled.parts,
                            tiled.clusters)
-            if name in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d"):
-                pooled = self._pool_tiles(var, call, args[0], bands)
-                return None if pooled is None else _Sharded(_ROWS, pooled.rows, pooled.parts,
-                                                            pooled.clusters)
-            if name in ("relax.image.resize2d", "relax.nn.pad"):
-                follow = self._resize_tiles if name != "relax.nn.pad" else self._pad_tiles
-                resized = follow(var, call, args[0], bands)
-                return None if resized is None else _Sharded(_ROWS, resized.rows, resized.parts,
-                                                              resized.clusters)
+            if name in _BAND_OPS:
+                done = getattr(self, _BAND_OPS[name])(var, call, args[0], bands)
+                return None if done is None else _Sharded(_ROWS, done.rows, done.parts,
+                                                          done.clusters)
             if _reduced_rows(call) is not None:
                 reduced = self._reduce_tiles(var, call, args[0], bands)
                 return _Whole(reduced.parts[0], reduced.clusters[0])  # one channel slice
         if isinstance(tiled, _Tiled) and tiled.nchw:
-            if name in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d"):
-                return self._pool_tiles(var, call, args[0], tiled)
-            if name == "relax.image.resize2d":
-                return self._resize_tiles(var, call, args[0], tiled)
-            if name == "relax.nn.pad":
-                return self._pad_tiles(var, call, args[0], tiled)
+            if name in _BAND_OPS:
+                return getattr(self, _BAND_OPS[name])(var, call, args[0], tiled)
             if _reduced_rows(call) is not None:
                 return self._reduce_tiles(var, call, args[0], tiled)
         if isinstance(tiled, _Tiled) and name != "relax.matmul":
@@ -1884,6 +1875,11 @@ class _Distributor:
                     self.region(w, max(len(bs) - 2, 0), b, e, c)]
         return relax.Call(call.op, args, call.attrs)
 
+
+_BAND_OPS = {"relax.nn.max_pool2d": "_pool_tiles", "relax.nn.avg_pool2d": "_pool_tiles",
+             "relax.image.resize2d": "_resize_tiles", "relax.nn.pad": "_pad_tiles"}
+"""Ops of an NCHW value that follow its row bands or 2-D tiles band by band, and the method of
+:class:`_Distributor` that runs them so."""
 
 _RESIZE_HALO = {"nearest_neighbor": 1, "linear": 1, "cubic": 2}
 """The input rows beyond its own that a band of a resize's output reads, by method."""
