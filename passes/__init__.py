@@ -4,6 +4,7 @@ import tvm_ffi
 
 from tvm_chiplet.passes.annotate_placement import AnnotatePlacement
 from tvm_chiplet.passes.conv1d_as_conv2d import Conv1dAsConv2d
+from tvm_chiplet.passes.einsum_as_matmul import EinsumAsMatmul
 from tvm_chiplet.passes.flatten_matmul_rows import FlattenMatmulRows
 from tvm_chiplet.passes.fold_constant_calls import FoldConstantCalls
 from tvm_chiplet.passes.group_norm_by_channels import GroupNormByChannels
@@ -28,6 +29,7 @@ __all__ = [
     "PIPELINES",
     "AnnotatePlacement",
     "Conv1dAsConv2d",
+    "EinsumAsMatmul",
     "FlattenMatmulRows",
     "FoldConstantCalls",
     "GroupNormByChannels",

@@ -7,6 +7,7 @@ from collections.abc import Callable
 import tvm
 
 from tvm_chiplet.passes.conv1d_as_conv2d import Conv1dAsConv2d
+from tvm_chiplet.passes.einsum_as_matmul import EinsumAsMatmul
 from tvm_chiplet.passes.group_norm_by_channels import GroupNormByChannels
 from tvm_chiplet.passes.partition_by_cluster import PartitionByCluster
 from tvm_chiplet.passes.plan_placement import PlanPlacement
@@ -22,14 +23,16 @@ from tvm_chiplet.targets.system import ChipletSystem
 
 def prepare_splits() -> tvm.transform.Pass:
     """The rewrites of a model before it is planned for splits, with the same results:
-    Conv1dAsConv2d (1-D convolutions split as 2-D ones), SliceStridedConvs (a strided
+    EinsumAsMatmul (an einsum split as the matmul it stands for), Conv1dAsConv2d (1-D
+    convolutions split as 2-D ones), SliceStridedConvs (a strided
     1x1 conv reads only the pixels it uses), GroupNormByChannels (a group norm's statistics
     taken on the image, not a flattened view of each group) and UnpackProjections (a packed
     Q/K/V projection as three). Benchmarks that plan a model apply it as the
     ``chiplet-default`` pipeline does. FlattenMatmulRows (one-row projections as one of many
     rows) is planned beside it, not in its place (:func:`~.plan_split_placement.plan_splits`)."""
-    return tvm.transform.Sequential([Conv1dAsConv2d(), SliceStridedConvs(), GroupNormByChannels(),
-                                     UnpackProjections()], name="chiplet-prepare-splits")
+    return tvm.transform.Sequential([EinsumAsMatmul(), Conv1dAsConv2d(), SliceStridedConvs(),
+                                     GroupNormByChannels(), UnpackProjections()],
+                                    name="chiplet-prepare-splits")
 
 
 def _chiplet_default(
@@ -37,8 +40,9 @@ def _chiplet_default(
     strategy: str | Planner = "pipeline", simulator: WorkloadSimulator | None = None,
 ) -> tvm.transform.Pass:
     if strategy == DataParallelPlanner.name:
-        passes = [ReplicateDataParallel(max_replicas=system.num_clusters), ReduceGraph(target),
-                  PlanPlacement(system, strategy, simulator)]
+        # An einsum's batch is followed through the matmul it stands for.
+        passes = [EinsumAsMatmul(), ReplicateDataParallel(max_replicas=system.num_clusters),
+                  ReduceGraph(target), PlanPlacement(system, strategy, simulator)]
     else:
         passes = [prepare_splits(), PlanSplitPlacement(system, strategy, target, simulator)]
     return tvm.transform.Sequential([*passes, PartitionByCluster()], name="chiplet-default")
@@ -63,8 +67,8 @@ def get_pipeline(name: str = "chiplet-default", **options) -> tvm.transform.Pass
 
     ``chiplet-default``: :func:`prepare_splits` -> PlanSplitPlacement (ReduceGraph, plan, and for
     strategies that split ops DistributeTensors and ReduceGraph again) -> PartitionByCluster;
-    for the ``data-parallel`` strategy ReplicateDataParallel -> ReduceGraph -> PlanPlacement
-    -> PartitionByCluster.
+    for the ``data-parallel`` strategy EinsumAsMatmul -> ReplicateDataParallel -> ReduceGraph
+    -> PlanPlacement -> PartitionByCluster.
     ``chiplet-reduce``: ReduceGraph only (what the plain fused TVM build sees).
 
     Parameters

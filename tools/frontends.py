@@ -193,7 +193,7 @@ def _import(model: onnx.ModelProto, input_shapes: dict[str, list[int]],
             source: str) -> tvm.IRModule:
     try:
         with warnings.catch_warnings(), _clip_as_relax_ops(), _pad_as_relax_ops(), \
-                recurrent_converters():
+                _einsum_as_relax_op(), recurrent_converters():
             warnings.simplefilter("ignore")
             mod = from_onnx(model, shape_dict=input_shapes or None)
     except tvm.error.OpNotImplemented as err:
@@ -355,6 +355,30 @@ def _pad_as_relax_ops() -> Iterator[None]:
     finally:
         pad._lower_pad = original
 
+
+
+@contextlib.contextmanager
+def _einsum_as_relax_op() -> Iterator[None]:
+    """Import ONNX Einsum as ``R.einsum`` instead of TVM's ``call_tir`` of the topi kernel.
+
+    The kernel ran whole on one cluster, and no pass can look inside it; the Relax op legalizes
+    to the same kernel, and EinsumAsMatmul rewrites it as the matmul it stands for, which the
+    planners split. An equation ``R.einsum`` rejects keeps the importer's kernel.
+    """
+    einsum = onnx_frontend.Einsum
+    original = einsum.__dict__["_impl_v12"]
+
+    def impl_v12(cls, bb, inputs, attr, params):
+        try:
+            return bb.emit(relax.op.einsum(list(inputs), attr["equation"].decode("utf-8")))
+        except tvm.error.InternalError:
+            return original.__func__(cls, bb, inputs, attr, params)
+
+    einsum._impl_v12 = classmethod(impl_v12)
+    try:
+        yield
+    finally:
+        einsum._impl_v12 = original
 
 def load_model(
     model: str | os.PathLike | onnx.ModelProto | tvm.IRModule | Any,

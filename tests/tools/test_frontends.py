@@ -269,3 +269,22 @@ def test_inputs_keep_their_onnx_names_when_tvm_renames_them():
     x = {"serving_default_x:0": np.arange(16, dtype="float32").reshape(2, 8)}
     expected = ort.InferenceSession(model.SerializeToString()).run(None, x)[0]
     np.testing.assert_allclose(lib.run(x).outputs[0], expected, rtol=1e-6)
+
+
+def test_einsum_imports_as_a_relax_op_and_matches_onnxruntime():
+    """Einsum comes in as ``R.einsum`` (which EinsumAsMatmul rewrites), not as a kernel."""
+    graph = helper.make_graph(
+        [helper.make_node("Einsum", ["a", "b"], ["y"], equation="bij,bjk->bik")], "einsum",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 3, 4]),
+         helper.make_tensor_value_info("b", TensorProto.FLOAT, [2, 4, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 5])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    mod = load_model(model)
+    assert "R.einsum" in mod["main"].script() and "call_tir" not in mod["main"].script()
+    rng = np.random.default_rng(0)
+    feeds = {"a": rng.normal(size=(2, 3, 4)).astype("float32"),
+             "b": rng.normal(size=(2, 4, 5)).astype("float32")}
+    vm = tvm.relax.VirtualMachine(tvm.compile(mod, "llvm"), tvm.cpu())
+    expected = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    got = vm["main"](*[tvm.runtime.tensor(feeds[n]) for n in ("a", "b")]).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
