@@ -895,10 +895,56 @@ class _Distributor:
                 axis, bounds = mapped
         else:
             axis, bounds = self._followed_axis(call, layout.axis, rank), layout.bounds
+            if axis is None and name == "relax.nn.layer_norm":
+                return self._norm_across_parts(var, call, args, layout)
             if axis is None:
                 return None
         return self._parts(var, call, args, axis, bounds, layout, lambda a, b, e, c: (
             self.region(a, layout.axis, b, e, c) if a.same_as(data) else self.whole(a, c)))
+
+    def _norm_across_parts(self, var: relax.Var, call: relax.Call, args: list[relax.Expr],
+                           layout: _Sharded) -> _Sharded:
+        """A layer norm over the axis its input is sharded along (features cut by a matmul's
+        columns), part by part where they lie: each part sums its share of every normalised
+        row, the sums are added on the first part's cluster and the mean sent back; then the
+        same for the squared deviations from it (two passes, exact as one pass of sums of
+        squares is not). Only one value per normalised row crosses a link each way, not the
+        tensor; each part scales and shifts by its own features' gamma and beta."""
+        data, gamma, beta = args
+        shape = _shape(data)
+        axes = sorted(int(a) % len(shape) for a in call.attrs.axes)
+        own = axes.index(layout.axis)  # gamma and beta span the normalised axes
+        dtype = str(var.ty.dtype)
+        count = relax.const(int(np.prod([shape[a] for a in axes])), dtype)
+        home = layout.clusters[0]
+
+        def across(values: list[relax.Expr], tag: str) -> relax.Var:
+            parts = [self.emit(v, f"{var.name}{tag}{p}", c)
+                     for p, (v, c) in enumerate(zip(values, layout.clusters, strict=True))]
+            total = parts[0]
+            for part in parts[1:]:
+                total = self.emit(relax.op.add(total, self.use(part, home)), f"{var.name}_sum",
+                                  home)
+            return self.emit(relax.op.divide(total, count), f"{var.name}_mean", home)
+
+        mean = across([relax.op.sum(part, axis=axes, keepdims=True) for part in layout.parts],
+                      PARTIAL_SUM)
+        deviations = [self.emit(relax.op.subtract(part, self.use(mean, c)), f"{var.name}_dev{p}",
+                                c)
+                      for p, (part, c) in enumerate(zip(layout.parts, layout.clusters,
+                                                        strict=True))]
+        variance = across([relax.op.sum(relax.op.square(d), axis=axes, keepdims=True)
+                           for d in deviations], PARTIAL_SUM)
+        scale = self.emit(relax.op.rsqrt(relax.op.add(
+            variance, relax.const(float(call.attrs.epsilon), dtype))), f"{var.name}_rstd", home)
+        parts = []
+        for p, ((b, e), d, c) in enumerate(zip(layout.bounds, deviations, layout.clusters,
+                                               strict=True)):
+            normed = relax.op.multiply(relax.op.multiply(d, self.use(scale, c)),
+                                       self.region(gamma, own, b, e, c))
+            parts.append(self.emit(relax.op.add(normed, self.region(beta, own, b, e, c)),
+                                   f"{var.name}_p{p}", c))
+        return dataclasses.replace(layout, parts=tuple(parts))
 
     def _follow_prelu(self, var: relax.Var, call: relax.Call, args: list[relax.Expr]
                       ) -> _Sharded | _Tiled | None:

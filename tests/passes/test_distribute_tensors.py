@@ -1192,6 +1192,42 @@ def test_a_residual_stream_stays_sharded_along_the_rows_once_scattered():
     assert all(size < whole for size, _, _ in crossings(reduced, clusters))
 
 
+
+@pytest.mark.parametrize("parts", [2, 4])
+def test_a_layer_norm_over_the_columns_a_matmul_split_normalises_them_where_they_lie(parts):
+    """matmul split by columns -> layer norm over them (a latent array's features after a
+    column-parallel projection, as a Perceiver's) -> matmul split by its reduction: each part
+    sums its features, the statistics of each row are added on one cluster and sent back, and
+    the norm's output feeds the next matmul's parts where it lies. Before, the columns were
+    gathered whole on one cluster for the norm (quarters of 512 bytes crossed)."""
+    def block(bb, x):
+        h = bb.emit(relax.op.matmul(x, const(32, 32)))
+        normed = bb.emit(relax.op.nn.layer_norm(h, const(32), const(32), axes=[-1],
+                                                epsilon=1e-3))
+        return relax.op.matmul(normed, const(32, 4))
+
+    mod = module(block, (16, 32))
+    group = tuple(range(parts))
+    splits = [DistributedSplit(0, "cols", group), DistributedSplit(1, "reduction", group)]
+    reduced, clusters = split_and_check(mod, splits, (16, 32))
+    # Each row's sum and sum of squared deviations (16 x 4 bytes) crosses, twice per part;
+    # then the last matmul's partial sums (16 x 4 x 4 bytes).
+    moved = crossings(reduced, clusters)
+    assert moved and all(size <= 16 * 4 * 4 for size, _, _ in moved)
+    assert sum(size == 16 * 4 for size, _, _ in moved) == 4 * (parts - 1)
+
+
+def test_a_layer_norm_over_two_axes_one_of_them_sharded_reads_its_parts_of_gamma_and_beta():
+    def block(bb, x):
+        h = bb.emit(relax.op.matmul(x, const(32, 32)))
+        return relax.op.nn.layer_norm(h, const(16, 32), const(16, 32), axes=[0, 1])
+
+    mod = module(block, (16, 32))
+    reduced, clusters = split_and_check(mod, [DistributedSplit(0, "cols", (0, 1, 2))], (16, 32))
+    # One sum and one sum of squares per part cross (4 bytes each); the rest is the output's
+    # gather.
+    assert sorted(size for size, _, _ in crossings(reduced, clusters))[:8] == [4] * 8
+
 def test_a_residual_add_follows_the_operand_whose_layout_the_layer_norm_after_it_keeps():
     """A residual stream split by columns plus a block's output tiled by rows, then a layer
     norm over the columns (a ViT's stream, split by its patch conv's channels): the add follows
