@@ -897,10 +897,31 @@ class _Distributor:
             axis, bounds = self._followed_axis(call, layout.axis, rank), layout.bounds
             if axis is None and name == "relax.nn.layer_norm":
                 return self._norm_across_parts(var, call, args, layout)
+            if axis is None and name == "relax.take":
+                return self._take_from_part(var, call, args, layout)
             if axis is None:
                 return None
         return self._parts(var, call, args, axis, bounds, layout, lambda a, b, e, c: (
             self.region(a, layout.axis, b, e, c) if a.same_as(data) else self.whole(a, c)))
+
+    def _take_from_part(self, var: relax.Var, call: relax.Call, args: list[relax.Expr],
+                        layout: _Sharded) -> _Whole | None:
+        """A take of constant indices along the sharded axis that all lie in one part (a
+        classifier's class token, ``x[:, 0]``): taken on that part's cluster, from it alone,
+        where the whole value was gathered for it before. None (gathered) for indices in
+        several parts."""
+        indices = args[1]
+        if not isinstance(indices, tvm.ir.expr.Constant) or call.attrs.axis is None:
+            return None
+        wanted = indices.value.numpy()
+        if not wanted.size or wanted.min() < 0 or wanted.max() >= _shape(args[0])[layout.axis]:
+            return None  # the op's mode says what such indices read
+        for (b, e), part, c in zip(layout.bounds, layout.parts, layout.clusters, strict=True):
+            if b <= wanted.min() and wanted.max() < e:
+                local = relax.const(wanted - b, str(indices.ty.dtype))
+                taken = relax.op.take(part, local, axis=layout.axis, mode=call.attrs.mode)
+                return _Whole(self.emit(taken, var.name, c), c)
+        return None
 
     def _norm_across_parts(self, var: relax.Var, call: relax.Call, args: list[relax.Expr],
                            layout: _Sharded) -> _Sharded:
@@ -1707,7 +1728,7 @@ class _Distributor:
         if dim in REDUCTION_DIMS:
             return _Partial(tuple(parts), clusters)
         out = _shape(var)
-        if conv and dim == "out_channels":  # groups of a grouped conv, as channels
+        if (conv or transposed) and dim == "out_channels":  # groups of a grouped conv, as channels
             unit = group_channels(call)[0]
             bounds = tuple((b * unit, e * unit) for b, e in bounds)
         if conv or transposed or volume:
@@ -1825,6 +1846,10 @@ class _Distributor:
         if dim == "batch":
             return conv2d_transpose_like(call, self.region(data, 0, b, e, c),
                                          self.whole(weight, c))
+        if int(call.attrs.groups) > 1:  # groups [b, e): their input channels alone
+            inputs = group_slices(call, b, e)[0]
+            return conv2d_transpose_like(call, self.region(data, 1, *inputs, c),
+                                         self.region(weight, 0, *inputs, c), e - b)
         return conv2d_transpose_like(call, self.whole(data, c), self.region(weight, 1, b, e, c))
 
     def _conv3d_part(self, call: relax.Call, dim: str, b: int, e: int, c: int) -> relax.Expr:
@@ -2033,7 +2058,7 @@ def _anchor_size(call: relax.Call, dim: str) -> int:
     data, weight = (_shape(x) for x in call.args)
     out = _shape(call)
     if any(call.op.same_as(op) for op in (_CONV2D, _CONV2D_TRANSPOSE, _CONV3D)):
-        unit = group_channels(call)[0] if call.op.same_as(_CONV2D) else 1  # whole groups
+        unit = group_channels(call)[0] if not call.op.same_as(_CONV3D) else 1  # whole groups
         sizes = {"batch": lambda: out[0], "out_channels": lambda: out[1] // unit,
                  "in_channels": lambda: data[1], "rows": lambda: out[2]}
     else:

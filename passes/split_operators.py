@@ -116,14 +116,16 @@ def _conv2d_dims(call: relax.Call) -> dict[str, int]:
 
 
 def group_channels(call: relax.Call) -> tuple[int, int]:
-    """(output, input) channels of each group of a conv2d: an output-channel split of a grouped
-    conv counts whole groups, part ``[b, e)`` writing output channels ``[b * out, e * out)``
-    from input channels ``[b * in, e * in)``; ``(1, 1)`` for a plain conv, whose split counts
-    channels."""
+    """(output, input) channels of each group of a conv2d or transposed conv2d: an
+    output-channel split of a grouped conv counts whole groups, part ``[b, e)`` writing output
+    channels ``[b * out, e * out)`` from input channels ``[b * in, e * in)``; ``(1, 1)`` for a
+    plain conv, whose split counts channels."""
     groups = int(call.attrs.groups)
     if groups == 1:
         return 1, 1
     weight = static_shape(call.args[1])
+    if call.op.same_as(_CONV2D_TRANSPOSE):  # IOHW: [in, out / groups, kh, kw]
+        return weight[1], weight[0] // groups
     return weight[0] // groups, weight[1]
 
 
@@ -149,12 +151,17 @@ def _ungrouped_shapes(call: relax.Call, layouts: tuple[str, str, str]
 
 def _conv2d_transpose_dims(call: relax.Call) -> dict[str, int]:
     """A transposed conv2d (a U-Net's upsampling) splits by its output channels (its weights,
-    IOHW, along axis 1) or its batch; not its rows, which overlapping windows would share."""
-    shapes = _ungrouped_shapes(call, ("NCHW", "IOHW", "NCHW"))
-    if shapes is None:
+    IOHW, along axis 1; a grouped one at whole groups, each reading its own input channels: a
+    learned depthwise upsampling's) or its batch; not its rows, which overlapping windows
+    would share."""
+    attrs = call.attrs
+    found = (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout))
+    data, weight, out = (static_shape(e) for e in (*call.args, call))
+    if found != ("NCHW", "IOHW", "NCHW") or None in (data, weight, out):
         return {}
-    data, weight, out = shapes
-    sizes = {"batch": data[0] if out[0] is not None else None, "out_channels": weight[1]}
+    groups = int(attrs.groups)
+    sizes = {"batch": data[0] if out[0] is not None else None,
+             "out_channels": weight[1] if groups == 1 else groups}
     return {dim: size for dim, size in sizes.items() if size is not None}
 
 
@@ -404,16 +411,17 @@ def conv2d_like(call: relax.Call, data: relax.Expr, weight: relax.Expr, **change
     return relax.op.nn.conv2d(data, weight, **options)
 
 
-def conv2d_transpose_like(call: relax.Call, data: relax.Expr, weight: relax.Expr
-                          ) -> relax.Expr:
+def conv2d_transpose_like(call: relax.Call, data: relax.Expr, weight: relax.Expr,
+                          groups: int | None = None) -> relax.Expr:
     """The transposed conv2d ``call`` on ``data`` and ``weight`` (a part's slices), with its
-    attributes."""
+    attributes (its ``groups`` given for a part of a grouped one)."""
     attrs = call.attrs
     return relax.op.nn.conv2d_transpose(
         data, weight, strides=[int(s) for s in attrs.strides],
         padding=[int(p) for p in attrs.padding],
         output_padding=[int(p) for p in attrs.output_padding],
-        dilation=[int(d) for d in attrs.dilation], groups=int(attrs.groups),
+        dilation=[int(d) for d in attrs.dilation],
+        groups=int(attrs.groups) if groups is None else groups,
         data_layout=str(attrs.data_layout), kernel_layout=str(attrs.kernel_layout),
         out_layout=str(attrs.out_layout), out_dtype=attrs.out_dtype)
 
@@ -422,17 +430,24 @@ def _conv2d_transpose_parts(splitter: _Splitter, call: relax.Call, dim: str,
                             bounds: list[tuple[int, int]], name: str
                             ) -> tuple[list[relax.Var], int]:
     """The transposed conv2d of each part (its batch, or its output channels: weights along
-    axis 1), and the output axis they are concatenated along."""
+    axis 1; of a grouped one, whole groups: their input channels, and the weights' rows of
+    them), and the output axis they are concatenated along."""
     data, weight = call.args
     parts = []
     for i, (begin, end) in enumerate(bounds):
+        groups = None
         if dim == "batch":
             part_data, part_weight = splitter.slice_axis(data, 0, (begin, end),
                                                          f"{name}_data{i}"), weight
+        elif int(call.attrs.groups) > 1:
+            inputs = group_slices(call, begin, end)[0]
+            part_data = splitter.slice_axis(data, 1, inputs, f"{name}_data{i}")
+            part_weight = splitter.slice_axis(weight, 0, inputs, f"{name}_weight{i}")
+            groups = end - begin
         else:
             part_data, part_weight = data, splitter.slice_axis(weight, 1, (begin, end),
                                                                f"{name}_weight{i}")
-        part = conv2d_transpose_like(call, part_data, part_weight)
+        part = conv2d_transpose_like(call, part_data, part_weight, groups)
         parts.append(splitter.builder_.emit(part, part_name(name, dim, i)))
     return parts, {"batch": 0, "out_channels": 1}[dim]
 

@@ -82,8 +82,8 @@ sliding-window pool of row bands is costed so too, though DistributeTensors pool
 its halo: costed as following them without the halo, the stem of ResNet-50 int8 batch 1 on
 simba-6x6 took rows for 2-D tiles and simulated 4.4 % slower (323.8 k cycles, 310.1 k); an
 Inception-style net still realises its pools per band (simulated 23.5 k -> 4.2 k cycles). A conv2d
-or conv3d that the plan does not split (e.g. a grouped transposed conv, which no split strategy
-cuts) follows no layout: DistributeTensors runs it whole, on one cluster."""
+or conv3d that the plan does not split (e.g. a grouped conv3d, which no split strategy cuts)
+follows no layout: DistributeTensors runs it whole, on one cluster."""
 
 _REDUCTION = re.compile(r"(mean|sum|max|min)\d*")
 _WINDOW_POOL = re.compile(r"(?<!adaptive_)(max|avg)_pool")

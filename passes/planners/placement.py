@@ -112,7 +112,8 @@ def grouped_conv(dims) -> bool:
     """Whether an op with split dimensions ``dims`` is a grouped conv2d (depthwise or not):
     output channels and rows but no input-channel split (each group of output channels reads
     its own input channels). A transposed conv or a conv3d, split by output channels or batch
-    only, reads every input channel."""
+    only, is costed as reading every input channel (a grouped transposed conv's part reads
+    only its groups' channels: an overestimate of its input's move)."""
     return "out_channels" in dims and "rows" in dims and "in_channels" not in dims
 
 

@@ -894,6 +894,25 @@ def test_a_transposed_conv_is_split_and_the_next_conv_reads_its_parts(dim):
     assert all(int(b.var.ty.shape.values[1]) == channels for b in parts)
 
 
+def test_a_depthwise_transposed_conv_reads_the_channels_of_its_parts_where_they_lie():
+    """conv 8->16 (output channels) -> depthwise transposed conv 16->16, 4x4 at stride 2 (a
+    learned upsampling), split alike over four clusters: each part upsamples its own 4
+    channels, so nothing crosses until the output is gathered. Before, a grouped transposed
+    conv was not split: it ran whole on one cluster, gathering its input."""
+    def block(bb, x):
+        a = bb.emit(relax.op.nn.relu(relax.op.nn.conv2d(x, const(16, 8, 3, 3),
+                                                        padding=[1, 1, 1, 1])))
+        return relax.op.nn.conv2d_transpose(a, const(16, 1, 4, 4), strides=[2, 2],
+                                            padding=[1, 1, 1, 1], groups=16)
+
+    shape = (1, 8, 6, 6)
+    group = (0, 1, 2, 3)
+    splits = [DistributedSplit(0, "out_channels", group),
+              DistributedSplit(1, "out_channels", group)]
+    reduced, clusters = split_and_check(module(block, shape), splits, shape)
+    moved = crossings(reduced, clusters)
+    assert sorted(size for size, _, _ in moved) == [4 * 12 * 12 * 4] * 3  # the output's parts
+
 @pytest.mark.parametrize("dim", ["out_channels", "batch"])
 def test_a_conv3d_is_split_and_the_next_one_reads_its_parts(dim):
     """Two 3x3x3 conv3d layers of a video net, each split alike over two clusters: numerics
@@ -1227,6 +1246,24 @@ def test_a_layer_norm_over_two_axes_one_of_them_sharded_reads_its_parts_of_gamma
     # One sum and one sum of squares per part cross (4 bytes each); the rest is the output's
     # gather.
     assert sorted(size for size, _, _ in crossings(reduced, clusters))[:8] == [4] * 8
+
+
+@pytest.mark.parametrize("indices, gathered", [
+    (np.array(0), False),  # a classifier's class token, x[:, 0]
+    (np.array([5, 6]), False),  # both in the second of four parts of 4 rows
+    (np.array([3, 4]), True),  # in two parts
+])
+def test_a_take_of_rows_in_one_part_runs_where_that_part_lies(indices, gathered):
+    def block(bb, x):
+        h = bb.emit(relax.op.matmul(x, const(32, 32)))
+        token = bb.emit(relax.op.take(h, relax.const(indices, "int64"), axis=0))
+        return relax.op.matmul(token, const(32, 8))
+
+    mod = module(block, (16, 32))
+    reduced, clusters = split_and_check(mod, [DistributedSplit(0, "rows", (0, 1, 2, 3))],
+                                        (16, 32))
+    # Before: the 16 rows were gathered whole (3 parts of 4 x 32 x 4 bytes crossed).
+    assert any(size == 4 * 32 * 4 for size, _, _ in crossings(reduced, clusters)) == gathered
 
 def test_a_residual_add_follows_the_operand_whose_layout_the_layer_norm_after_it_keeps():
     """A residual stream split by columns plus a block's output tiled by rows, then a layer

@@ -385,14 +385,19 @@ def test_conv2d_transpose_split_matches_unsplit(dim, options):
     _check_split_matches(mod, AnchorSplit(0, dim, 2))
 
 
-def test_a_grouped_conv2d_transpose_is_an_anchor_that_cannot_be_split():
-    mod = _single_op_module(lambda x, w: relax.op.nn.conv2d_transpose(x, w, strides=2, groups=2),
-                            [(1, 4, 6, 6), (4, 3, 2, 2)], {})
+@pytest.mark.parametrize("groups, parts", [(2, 2), (4, 3), (8, 4)])
+def test_a_grouped_conv2d_transpose_splits_at_whole_groups(groups, parts):
+    """A grouped transposed conv (8 input channels, 3 output channels per group; 8 groups is
+    a learned depthwise upsampling) splits by its groups: each part reads its groups' input
+    channels and weight rows and writes their output channels."""
+    weight = np.random.default_rng(3).standard_normal((8, 3, 4, 4), dtype=np.float32)
+    mod = _single_op_module(
+        lambda x, w: relax.op.nn.conv2d_transpose(x, w, strides=2, padding=[1, 1, 1, 1],
+                                                  groups=groups),
+        [(1, 8, 6, 6), (8, 3, 4, 4)], {1: weight})
     info = find_anchors(mod)[0]
-    assert (info.op, info.dims) == ("conv2d_transpose", {})
-    with pytest.raises(PlanningError, match="cannot be split along 'out_channels'"):
-        SplitOperators([AnchorSplit(0, "out_channels", 2)])(mod)
-
+    assert (info.op, info.dims) == ("conv2d_transpose", {"batch": 1, "out_channels": groups})
+    _check_split_matches(mod, AnchorSplit(0, "out_channels", parts))
 
 MATMUL_CASES = {
     # name: (a shape, b shape, b constant, dim, parts)

@@ -98,6 +98,14 @@ def test_splitting_strategies_split_convs_next_to_a_conv_transpose(strategy):
 
 
 @pytest.mark.parametrize("strategy", SPLITTING)
+def test_splitting_strategies_split_grouped_conv_transposes(strategy):
+    """A depthwise ConvTranspose and one of 2 groups split at whole groups (before: run whole
+    on one cluster, as no split strategy cut a grouped transposed conv)."""
+    plan = build_and_compare("grouped-upsampling", strategy)
+    if strategy == "layer-sequential":
+        assert plan["placement"]["notes"]["splits"] == 4
+
+@pytest.mark.parametrize("strategy", SPLITTING)
 def test_splitting_strategies_run_matmuls_with_1d_operands(strategy):
     build_and_compare("vector-matmuls", strategy)
 

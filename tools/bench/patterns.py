@@ -214,6 +214,18 @@ def conv_transpose() -> onnx.ModelProto:
     return g.model({"x": ([1, 4, 8, 8], F)}, [d])
 
 
+def grouped_upsampling() -> onnx.ModelProto:
+    """A decoder that upsamples with grouped ConvTransposes: a depthwise one (a learned
+    bilinear-like upsampling, groups = channels) and one of 2 groups, between convs."""
+    g = _Graph()
+    a = g.op("Relu", [g.op("Conv", ["x", g.weight(8, 4, 3, 3)], pads=[1, 1, 1, 1])])
+    b = g.op("ConvTranspose", [a, g.weight(8, 1, 4, 4), g.weight(8)], strides=[2, 2],
+             pads=[1, 1, 1, 1], group=8)
+    c = g.op("ConvTranspose", [g.op("Relu", [b]), g.weight(8, 3, 2, 2)], strides=[2, 2],
+             group=2)
+    return g.model({"x": ([1, 4, 6, 6], F)}, [g.op("Conv", [c, g.weight(4, 6, 3, 3)],
+                                                   pads=[1, 1, 1, 1])])
+
 def layout_mix() -> onnx.ModelProto:
     """Values laid out differently meeting: a residual add of a 3x3 and a 1x1 conv, a
     squeeze-and-excite gate (global pool, 1x1 convs, a per-channel multiply), a concat along
@@ -258,6 +270,7 @@ PATTERNS = (
     Pattern("multi-output-ints", multi_output_ints, {"x": [3, 8], "ids": [3]}),
     Pattern("attention-block", attention_block, {"x": [1, 6, 16]}),
     Pattern("conv-transpose", conv_transpose, {"x": [1, 4, 8, 8]}),
+    Pattern("grouped-upsampling", grouped_upsampling, {"x": [1, 4, 6, 6]}),
     Pattern("layout-mix", layout_mix, {"x": [1, 8, 6, 6]}),
 )
 """The synthetic models, by name."""
