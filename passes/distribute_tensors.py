@@ -2058,7 +2058,7 @@ def _anchor_size(call: relax.Call, dim: str) -> int:
     data, weight = (_shape(x) for x in call.args)
     out = _shape(call)
     if any(call.op.same_as(op) for op in (_CONV2D, _CONV2D_TRANSPOSE, _CONV3D)):
-        unit = group_channels(call)[0] if not call.op.same_as(_CONV3D) else 1  # whole groups
+        unit = group_channels(call)[0]  # whole groups of a grouped conv
         sizes = {"batch": lambda: out[0], "out_channels": lambda: out[1] // unit,
                  "in_channels": lambda: data[1], "rows": lambda: out[2]}
     else:

@@ -143,4 +143,3 @@ def _permuted(value: relax.Expr, term: str, order: list[str] | str) -> relax.Exp
 
 def _reshaped(value: relax.Expr, shape: list[int], target: list[int]) -> relax.Expr:
     return value if list(shape) == list(target) else relax.op.reshape(value, target)
-

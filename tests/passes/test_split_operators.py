@@ -399,6 +399,15 @@ def test_a_grouped_conv2d_transpose_splits_at_whole_groups(groups, parts):
     assert (info.op, info.dims) == ("conv2d_transpose", {"batch": 1, "out_channels": groups})
     _check_split_matches(mod, AnchorSplit(0, "out_channels", parts))
 
+
+def test_a_grouped_conv3d_is_an_anchor_that_cannot_be_split():
+    mod = _single_op_module(lambda x, w: relax.op.nn.conv3d(x, w, groups=2),
+                            [(1, 4, 4, 6, 6), (4, 2, 3, 3, 3)], {})
+    info = find_anchors(mod)[0]
+    assert (info.op, info.dims) == ("conv3d", {})
+    with pytest.raises(PlanningError, match="cannot be split along 'out_channels'"):
+        SplitOperators([AnchorSplit(0, "out_channels", 2)])(mod)
+
 MATMUL_CASES = {
     # name: (a shape, b shape, b constant, dim, parts)
     "rows": ((5, 8), (8, 7), True, "rows", 3),
