@@ -992,14 +992,19 @@ class _Distributor:
 
     def _follow_split(self, var: relax.Var, call: relax.Call) -> _TupleOf | None:
         """A split of a sharded value, part by part where it lies (a GPT-2 block's query, key
-        and value cut from one projection split by its columns); None for other layouts (the
-        split then runs whole on one cluster). Along another axis, each part splits its own
+        and value cut from one projection split by its columns), or of a tiled one re-cut along
+        its rows (:meth:`_tile_rows`); None for other layouts (the split then runs whole on one
+        cluster). Along another axis, each part splits its own
         piece; along the sharded axis, each section keeps the parts that overlap it, cut to
         it. Each field of the result is a value of its own with that layout."""
         data = self.resolve(call.args[0])
         layout = self.layout.get(data) if isinstance(data, relax.Var) else None
         if isinstance(layout, _Partial):
             layout = self.reduce_scatter(data)
+        if isinstance(layout, _Tiled) and isinstance(var.ty, tvm.ir.TupleType):
+            # Tiles (a rotary embedding's halves of a 2-D split projection): re-cut along their
+            # rows inside each band, then split row by row.
+            layout = self._tile_rows(data, layout)
         if not isinstance(layout, _Sharded) or not isinstance(var.ty, tvm.ir.TupleType):
             return None
         axis = int(call.attrs.axis) % len(_shape(data))

@@ -1265,6 +1265,27 @@ def test_a_take_of_rows_in_one_part_runs_where_that_part_lies(indices, gathered)
     # Before: the 16 rows were gathered whole (3 parts of 4 x 32 x 4 bytes crossed).
     assert any(size == 4 * 32 * 4 for size, _, _ in crossings(reduced, clusters)) == gathered
 
+
+def test_a_split_of_tiles_is_re_cut_along_the_rows_not_gathered():
+    """matmul 2-D split -> split of its columns into halves (a rotary embedding's) -> each
+    half times a weight, added: the tiles are re-cut along their rows inside each band (an
+    all-to-all there) and split row by row. Before, the whole [16, 32] was gathered on one
+    cluster for the split, and its halves read from there."""
+    def block(bb, x):
+        h = bb.emit(relax.op.matmul(x, const(32, 32)))
+        halves = bb.emit(relax.op.split(h, 2, axis=-1))
+        first = bb.emit(relax.TupleGetItem(halves, 0))
+        second = bb.emit(relax.TupleGetItem(halves, 1))
+        return relax.op.add(relax.op.multiply(first, second), first)
+
+    mod = module(block, (16, 32))
+    reduced, clusters = split_and_check(mod, [DistributedSplit(0, "tiles/2", (0, 1, 2, 3))],
+                                        (16, 32))
+    # Inside each band of 8 rows, each of its 2 members sends half of its tile (4 x 16) to
+    # the other; then the output's row parts are gathered (3 x 4 x 16).
+    sizes = sorted(size for size, _, _ in crossings(reduced, clusters))
+    assert sizes == [4 * 16 * 4] * 7
+
 def test_a_residual_add_follows_the_operand_whose_layout_the_layer_norm_after_it_keeps():
     """A residual stream split by columns plus a block's output tiled by rows, then a layer
     norm over the columns (a ViT's stream, split by its patch conv's channels): the add follows
