@@ -356,7 +356,6 @@ def _pad_as_relax_ops() -> Iterator[None]:
         pad._lower_pad = original
 
 
-
 @contextlib.contextmanager
 def _einsum_as_relax_op() -> Iterator[None]:
     """Import ONNX Einsum as ``R.einsum`` instead of TVM's ``call_tir`` of the topi kernel.
@@ -379,6 +378,7 @@ def _einsum_as_relax_op() -> Iterator[None]:
         yield
     finally:
         einsum._impl_v12 = original
+
 
 def load_model(
     model: str | os.PathLike | onnx.ModelProto | tvm.IRModule | Any,

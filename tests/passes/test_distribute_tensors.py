@@ -913,6 +913,7 @@ def test_a_depthwise_transposed_conv_reads_the_channels_of_its_parts_where_they_
     moved = crossings(reduced, clusters)
     assert sorted(size for size, _, _ in moved) == [4 * 12 * 12 * 4] * 3  # the output's parts
 
+
 @pytest.mark.parametrize("dim", ["out_channels", "batch"])
 def test_a_conv3d_is_split_and_the_next_one_reads_its_parts(dim):
     """Two 3x3x3 conv3d layers of a video net, each split alike over two clusters: numerics
@@ -1211,7 +1212,6 @@ def test_a_residual_stream_stays_sharded_along_the_rows_once_scattered():
     assert all(size < whole for size, _, _ in crossings(reduced, clusters))
 
 
-
 @pytest.mark.parametrize("parts", [2, 4])
 def test_a_layer_norm_over_the_columns_a_matmul_split_normalises_them_where_they_lie(parts):
     """matmul split by columns -> layer norm over them (a latent array's features after a
@@ -1285,6 +1285,7 @@ def test_a_split_of_tiles_is_re_cut_along_the_rows_not_gathered():
     # the other; then the output's row parts are gathered (3 x 4 x 16).
     sizes = sorted(size for size, _, _ in crossings(reduced, clusters))
     assert sizes == [4 * 16 * 4] * 7
+
 
 def test_a_residual_add_follows_the_operand_whose_layout_the_layer_norm_after_it_keeps():
     """A residual stream split by columns plus a block's output tiled by rows, then a layer

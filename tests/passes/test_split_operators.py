@@ -408,6 +408,7 @@ def test_a_grouped_conv3d_is_an_anchor_that_cannot_be_split():
     with pytest.raises(PlanningError, match="cannot be split along 'out_channels'"):
         SplitOperators([AnchorSplit(0, "out_channels", 2)])(mod)
 
+
 MATMUL_CASES = {
     # name: (a shape, b shape, b constant, dim, parts)
     "rows": ((5, 8), (8, 7), True, "rows", 3),

@@ -105,6 +105,7 @@ def test_splitting_strategies_split_grouped_conv_transposes(strategy):
     if strategy == "layer-sequential":
         assert plan["placement"]["notes"]["splits"] == 4
 
+
 @pytest.mark.parametrize("strategy", SPLITTING)
 def test_splitting_strategies_run_matmuls_with_1d_operands(strategy):
     build_and_compare("vector-matmuls", strategy)

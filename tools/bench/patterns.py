@@ -226,6 +226,7 @@ def grouped_upsampling() -> onnx.ModelProto:
     return g.model({"x": ([1, 4, 6, 6], F)}, [g.op("Conv", [c, g.weight(4, 6, 3, 3)],
                                                    pads=[1, 1, 1, 1])])
 
+
 def layout_mix() -> onnx.ModelProto:
     """Values laid out differently meeting: a residual add of a 3x3 and a 1x1 conv, a
     squeeze-and-excite gate (global pool, 1x1 convs, a per-channel multiply), a concat along
