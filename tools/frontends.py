@@ -298,6 +298,18 @@ def _unsupported_ops_message(model: onnx.ModelProto, error: str, source: str) ->
 
 
 @contextlib.contextmanager
+def _converter_replaced(converter: type, name: str, impl: Callable) -> Iterator[None]:
+    """TVM's ONNX ``converter`` with its classmethod ``name`` replaced by ``impl`` while the
+    context lasts (the importer's own converter back afterwards, on errors too)."""
+    original = converter.__dict__[name]
+    setattr(converter, name, classmethod(impl))
+    try:
+        yield
+    finally:
+        setattr(converter, name, original)
+
+
+@contextlib.contextmanager
 def _clip_as_relax_ops() -> Iterator[None]:
     """Import ONNX Clip (opset >= 11) as ``R.maximum`` / ``R.minimum`` instead of TVM's
     ``call_tir`` of topi kernels.
@@ -307,9 +319,6 @@ def _clip_as_relax_ops() -> Iterator[None]:
     them). The Relax ops legalize to the same topi kernels; NaN bounds are still treated as
     unbounded, as ONNX and onnxruntime do.
     """
-    clip = onnx_frontend.Clip
-    original = clip.__dict__["_impl_v13"]
-
     def impl_v13(cls, bb, inputs, attr, params):
         result = inputs[0]
         if inputs[1] is not None:
@@ -320,11 +329,8 @@ def _clip_as_relax_ops() -> Iterator[None]:
             result = bb.emit(relax.op.minimum(result, high))
         return result
 
-    clip._impl_v13 = classmethod(impl_v13)
-    try:
+    with _converter_replaced(onnx_frontend.Clip, "_impl_v13", impl_v13):
         yield
-    finally:
-        clip._impl_v13 = original
 
 
 @contextlib.contextmanager
@@ -338,22 +344,18 @@ def _pad_as_relax_ops() -> Iterator[None]:
     the same kernels; DistributeTensors pads each row band where it lies. Edge (TVM's Relax op
     legalizes it to different values) and wrap modes keep the importer's kernels.
     """
-    pad = onnx_frontend.Pad
-    original = pad.__dict__["_lower_pad"]
+    original = onnx_frontend.Pad.__dict__["_lower_pad"].__func__
 
     def lower_pad(cls, bb, inputs, attr, params, allowed_modes):
         mode = attr.get("mode", b"constant").decode("utf-8")
         if mode not in ("constant", "reflect") or mode not in allowed_modes:
-            return original.__func__(cls, bb, inputs, attr, params, allowed_modes)
+            return original(cls, bb, inputs, attr, params, allowed_modes)
         before, after, value = cls._parse_pads_and_axes(inputs, params)
         widths = [int(w) for pair in zip(before, after, strict=True) for w in pair]
         return bb.emit(relax.op.nn.pad(inputs[0], widths, pad_mode=mode, pad_value=value))
 
-    pad._lower_pad = classmethod(lower_pad)
-    try:
+    with _converter_replaced(onnx_frontend.Pad, "_lower_pad", lower_pad):
         yield
-    finally:
-        pad._lower_pad = original
 
 
 @contextlib.contextmanager
@@ -364,20 +366,16 @@ def _einsum_as_relax_op() -> Iterator[None]:
     to the same kernel, and EinsumAsMatmul rewrites it as the matmul it stands for, which the
     planners split. An equation ``R.einsum`` rejects keeps the importer's kernel.
     """
-    einsum = onnx_frontend.Einsum
-    original = einsum.__dict__["_impl_v12"]
+    original = onnx_frontend.Einsum.__dict__["_impl_v12"].__func__
 
     def impl_v12(cls, bb, inputs, attr, params):
         try:
             return bb.emit(relax.op.einsum(list(inputs), attr["equation"].decode("utf-8")))
         except tvm.error.InternalError:
-            return original.__func__(cls, bb, inputs, attr, params)
+            return original(cls, bb, inputs, attr, params)
 
-    einsum._impl_v12 = classmethod(impl_v12)
-    try:
+    with _converter_replaced(onnx_frontend.Einsum, "_impl_v12", impl_v12):
         yield
-    finally:
-        einsum._impl_v12 = original
 
 
 def load_model(
