@@ -936,26 +936,21 @@ class _Distributor:
         axes = sorted(int(a) % len(shape) for a in call.attrs.axes)
         own = axes.index(layout.axis)  # gamma and beta span the normalised axes
         dtype = str(var.ty.dtype)
-        count = relax.const(int(np.prod([shape[a] for a in axes])), dtype)
+        count = int(np.prod([shape[a] for a in axes]))
         home = layout.clusters[0]
+        # The parts as the bands of one slice: their sums added on the first part's cluster.
+        bands = _Tiled(layout.bounds, ((0, 1),), layout.parts, layout.clusters)
 
-        def across(values: list[relax.Expr], tag: str) -> relax.Var:
-            parts = [self.emit(v, f"{var.name}{tag}{p}", c)
-                     for p, (v, c) in enumerate(zip(values, layout.clusters, strict=True))]
-            total = parts[0]
-            for part in parts[1:]:
-                total = self.emit(relax.op.add(total, self.use(part, home)), f"{var.name}_sum",
-                                  home)
-            return self.emit(relax.op.divide(total, count), f"{var.name}_mean", home)
+        def across(values: list[relax.Expr]) -> relax.Var:
+            return self._combine_bands(var, bands, values, relax.op.add, count)[0]
 
-        mean = across([relax.op.sum(part, axis=axes, keepdims=True) for part in layout.parts],
-                      PARTIAL_SUM)
+        mean = across([relax.op.sum(part, axis=axes, keepdims=True) for part in layout.parts])
         deviations = [self.emit(relax.op.subtract(part, self.use(mean, c)), f"{var.name}_dev{p}",
                                 c)
                       for p, (part, c) in enumerate(zip(layout.parts, layout.clusters,
                                                         strict=True))]
         variance = across([relax.op.sum(relax.op.square(d), axis=axes, keepdims=True)
-                           for d in deviations], PARTIAL_SUM)
+                           for d in deviations])
         scale = self.emit(relax.op.rsqrt(relax.op.add(
             variance, relax.const(float(call.attrs.epsilon), dtype))), f"{var.name}_rstd", home)
         parts = []
